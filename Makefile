@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` and `make test`. Both build .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: no other requirement may pull a different (multi-GB CUDA) build.
+	$(BIN)/pip install --quiet -c constraints.txt torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	touch $@
+
+# The demo's findings are its point: exit status 1 ("a critical finding") is the expected result here.
+demo: $(STAMP)
+	$(BIN)/loaderdoctor check demo; status=$$?; test $$status -le 1
+
+test: $(STAMP) lint
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,27 @@
+"""The errors and the warning category that loaderdoctor shows its users."""
+
+from __future__ import annotations
+
+
+class LoaderDoctorError(Exception):
+    """A failure the user can act on: what went wrong, and a hint saying what to do."""
+
+    exit_status = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class UsageError(LoaderDoctorError):
+    """The user's input is wrong (a bad target, an unusable loader): exit status 2."""
+
+    exit_status = 2
+
+
+class LoaderDoctorWarning(UserWarning):
+    """Warnings that loaderdoctor itself issues."""

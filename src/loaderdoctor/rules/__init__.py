@@ -1,0 +1,46 @@
+"""The rules: pure functions Recording -> Finding | None, one concern each, and the order of their findings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loaderdoctor.recording import Recording
+from loaderdoctor.report import SEVERITIES, Finding
+from loaderdoctor.rules.data import sample_errors
+from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
+from loaderdoctor.rules.memory import memory_growth, pin_memory
+from loaderdoctor.rules.safety import fork_unsafe, stall
+from loaderdoctor.rules.throughput import input_bound, slow_start, worker_respawn
+
+Rule = Callable[[Recording], Finding | None]
+
+RULES: tuple[Rule, ...] = (
+    stall,
+    fork_unsafe,
+    sample_errors,
+    worker_respawn,
+    slow_start,
+    cpu_oversubscription,
+    memory_growth,
+    shm_capacity,
+    fd_limit,
+    stray_workers,
+    pin_memory,
+    input_bound,
+)
+
+# Symptoms say what the loop suffers; causes say why. At equal severity a cause is the main diagnosis.
+SYMPTOMS = frozenset({"input-bound", "stall"})
+
+
+def order(findings: list[Finding]) -> list[Finding]:
+    """Most severe first; then causes before symptoms; then by measured impact."""
+    return sorted(
+        findings,
+        key=lambda f: (SEVERITIES.index(f.severity), f.rule in SYMPTOMS, -f.impact),
+    )
+
+
+def diagnose(recording: Recording) -> list[Finding]:
+    """Every rule's finding for `recording`, main diagnosis first."""
+    return order([f for rule in RULES if (f := rule(recording)) is not None])

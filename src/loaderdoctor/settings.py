@@ -1,0 +1,205 @@
+"""The tunable settings of a DataLoader, and a LoaderSpec that rebuilds a user's loader with any of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from loaderdoctor.errors import UsageError
+
+START_METHODS = ("fork", "forkserver", "spawn")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The knobs loaderdoctor measures and changes; everything else about a loader stays the user's."""
+
+    num_workers: int = 0
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    pin_memory: bool = False
+    start_method: str | None = None  # None: the platform's default (fork on Linux before Python 3.14)
+    worker_threads: int | None = None  # None: leave each worker's thread pools as the dataset sets them
+    backend: str = "process"
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 0:
+            raise UsageError(f"num_workers must be 0 or more, not {self.num_workers}")
+        if self.start_method is not None and self.start_method not in START_METHODS:
+            raise UsageError(
+                f"unknown start method {self.start_method!r}", hint=f"use one of {', '.join(START_METHODS)}"
+            )
+        if self.backend != "process":
+            raise UsageError(f"unknown backend {self.backend!r}", hint="only 'process' is supported")
+
+    @property
+    def effective_start_method(self) -> str | None:
+        """The start method workers really get, or None when loading runs in the main process."""
+        if self.num_workers == 0:
+            return None
+        return self.start_method or default_start_method()
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes` applied, kept valid (settings that need workers are dropped without them)."""
+        merged = dataclasses.replace(self, **changes)
+        if merged.num_workers == 0:
+            merged = dataclasses.replace(
+                merged, prefetch_factor=None, persistent_workers=False, start_method=None, worker_threads=None
+            )
+        return merged
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Settings:
+        return cls(**data)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The DataLoader keyword arguments for these settings (worker_threads is applied separately)."""
+        if self.num_workers == 0:
+            return {"num_workers": 0, "pin_memory": self.pin_memory}
+        return {
+            "num_workers": self.num_workers,
+            "prefetch_factor": self.prefetch_factor or 2,
+            "persistent_workers": self.persistent_workers,
+            "pin_memory": self.pin_memory,
+            "multiprocessing_context": self.start_method,
+        }
+
+    def snippet(self) -> str:
+        """Paste-ready code that creates a DataLoader with these settings."""
+        args = ["dataset", "batch_size=..."]
+        if self.num_workers:
+            args.append(f"num_workers={self.num_workers}")
+            if self.persistent_workers:
+                args.append("persistent_workers=True")
+            if self.prefetch_factor not in (None, 2):
+                args.append(f"prefetch_factor={self.prefetch_factor}")
+            if self.start_method:
+                args.append(f"multiprocessing_context={self.start_method!r}")
+            if self.worker_threads:
+                args.append("worker_init_fn=worker_init_fn")
+        if self.pin_memory:
+            args.append("pin_memory=True")
+        call = "loader = DataLoader(" + ", ".join(args) + ")"
+        if self.num_workers and self.worker_threads:
+            return (
+                "def worker_init_fn(worker_id):\n"
+                f"    torch.set_num_threads({self.worker_threads})  # and cv2.setNumThreads(0) if you use OpenCV\n"
+                "\n" + call
+            )
+        return call
+
+
+def default_start_method() -> str:
+    """The start method multiprocessing uses when none is set, read without fixing it as a side effect."""
+    chosen = multiprocessing.get_start_method(allow_none=True)
+    return chosen or multiprocessing.get_all_start_methods()[0]
+
+
+class _WorkerInit:
+    """A picklable worker_init_fn: limit the worker's threads, run a hook, then the user's own function."""
+
+    def __init__(
+        self,
+        user_fn: Callable[[int], None] | None,
+        worker_threads: int | None,
+        hook: Callable[[int], None] | None,
+    ) -> None:
+        self.user_fn = user_fn
+        self.worker_threads = worker_threads
+        self.hook = hook
+
+    def __call__(self, worker_id: int) -> None:
+        if self.hook is not None:
+            self.hook(worker_id)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+        if self.worker_threads:
+            # After the user's function, since that is where thread pools are usually enlarged.
+            torch.set_num_threads(self.worker_threads)
+
+
+@dataclass
+class LoaderSpec:
+    """What a DataLoader is made of apart from its Settings: build() makes a fresh loader for any Settings."""
+
+    dataset: Any
+    batch_size: int | None
+    sampler: Any
+    batch_sampler: Any
+    collate_fn: Callable[[Any], Any] | None
+    drop_last: bool
+    worker_init_fn: Callable[[int], None] | None
+    generator: torch.Generator | None
+    timeout: float
+    settings: Settings
+
+    @classmethod
+    def from_loader(cls, loader: DataLoader) -> LoaderSpec:
+        if not isinstance(loader, DataLoader):
+            raise UsageError(
+                f"expected a torch.utils.data.DataLoader, got {type(loader).__module__}.{type(loader).__name__}"
+            )
+        context = loader.multiprocessing_context
+        start_method = context if isinstance(context, str) or context is None else context.get_start_method()
+        settings = Settings(
+            num_workers=loader.num_workers,
+            prefetch_factor=loader.prefetch_factor if loader.num_workers else None,
+            persistent_workers=bool(loader.persistent_workers),
+            pin_memory=bool(loader.pin_memory),
+            start_method=start_method if loader.num_workers else None,
+        )
+        return cls(
+            dataset=loader.dataset,
+            batch_size=loader.batch_size,
+            sampler=loader.sampler,
+            batch_sampler=loader.batch_sampler,
+            collate_fn=loader.collate_fn,
+            drop_last=loader.drop_last,
+            worker_init_fn=loader.worker_init_fn,
+            generator=loader.generator,
+            timeout=loader.timeout,
+            settings=settings,
+        )
+
+    @property
+    def is_iterable(self) -> bool:
+        return isinstance(self.dataset, IterableDataset)
+
+    def build(
+        self,
+        settings: Settings,
+        *,
+        dataset: Any = None,
+        worker_hook: Callable[[int], None] | None = None,
+    ) -> DataLoader:
+        """A new DataLoader with `settings`; `dataset` replaces the dataset (a wrapper), `worker_hook` runs
+        first in every worker."""
+        kwargs: dict[str, Any] = settings.to_kwargs()
+        if settings.num_workers:
+            kwargs["worker_init_fn"] = (
+                _WorkerInit(self.worker_init_fn, settings.worker_threads, worker_hook)
+                if (worker_hook or settings.worker_threads)
+                else self.worker_init_fn
+            )
+            kwargs["timeout"] = self.timeout
+        if self.is_iterable:
+            kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
+        elif self.batch_sampler is not None:
+            kwargs["batch_sampler"] = self.batch_sampler
+        else:
+            kwargs.update(batch_size=self.batch_size, sampler=self.sampler, drop_last=self.drop_last)
+        return DataLoader(
+            self.dataset if dataset is None else dataset,
+            collate_fn=self.collate_fn,
+            generator=self.generator,
+            **kwargs,
+        )

@@ -1,0 +1,56 @@
+"""Shared test fixtures: every test must leave no child process and no non-daemon thread behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+import pytest
+
+# multiprocessing keeps these helpers alive for the whole interpreter by design (one each, at most):
+# they are not leaks of the code under test, and they end with the test session.
+_INTERPRETER_SINGLETONS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+_GRACE_S = 5.0
+
+
+def _live_children() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(name in " ".join(child.cmdline()) for name in _INTERPRETER_SINGLETONS):
+                continue
+            alive.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes_or_threads():
+    children_before = {p.pid for p in _live_children()}
+    threads_before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + _GRACE_S
+    while True:
+        children = [p for p in _live_children() if p.pid not in children_before]
+        threads = [
+            t for t in threading.enumerate() if t not in threads_before and t.is_alive() and not t.daemon
+        ]
+        if not children and not threads:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    described = [f"pid {p.pid}: {' '.join(p.cmdline())[:120]}" for p in children if p.is_running()]
+    pytest.fail(
+        "the test left behind "
+        + "; ".join(filter(None, [", ".join(described), ", ".join(t.name for t in threads)]))
+    )
