@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -36,21 +37,17 @@ def no_leftover_processes_or_threads():
     deadline = time.monotonic() + _GRACE_S
     while True:
         children = [p for p in _live_children() if p.pid not in children_before]
-        threads = [
-            t for t in threading.enumerate() if t not in threads_before and t.is_alive() and not t.daemon
-        ]
+        threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive() and not t.daemon]
         if not children and not threads:
             return
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)
+    described = []
     for child in children:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            described.append(f"pid {child.pid}: {' '.join(child.cmdline())[:120]}")
             child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    described = [f"pid {p.pid}: {' '.join(p.cmdline())[:120]}" for p in children if p.is_running()]
     pytest.fail(
-        "the test left behind "
-        + "; ".join(filter(None, [", ".join(described), ", ".join(t.name for t in threads)]))
+        "the test left behind " + "; ".join(filter(None, [", ".join(described), ", ".join(t.name for t in threads)]))
     )

@@ -142,6 +142,8 @@ class Recording:
     stall: Stall | None = None
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     pickled_dataset_bytes: int | None = None
+    dataset: str = ""  # the dataset's class name
+    dataset_len: int | None = None
     outcome: str = "completed"  # "completed" | "stalled" | "crashed"
     error: str | None = None
     wall_s: float = 0.0
@@ -150,16 +152,22 @@ class Recording:
         return dataclasses.asdict(self)
 
 
-def _steady_batches(rec: Recording) -> list[BatchRecord]:
-    """Batches after the first of each epoch: the first one's wait is start-up, counted separately."""
-    return [b for b in rec.batches if b.index > 0]
+def steady_batches(rec: Recording) -> list[BatchRecord]:
+    """Batches after the first delivered in each epoch: the first one's wait is start-up, counted apart."""
+    seen: set[int] = set()
+    steady = []
+    for batch in rec.batches:
+        if batch.epoch in seen:
+            steady.append(batch)
+        seen.add(batch.epoch)
+    return steady
 
 
 def wait_fraction(rec: Recording) -> float | None:
     """Share of steady-state time the training loop spent waiting in next(); None without a training step."""
     if rec.step_s is None:
         return None
-    steady = _steady_batches(rec)
+    steady = steady_batches(rec)
     total = sum(b.wait_s + b.step_s for b in steady)
     return sum(b.wait_s for b in steady) / total if total > 0 else None
 
@@ -190,7 +198,7 @@ def loading_cpu_share(rec: Recording) -> float | None:
     """How busy loading kept its processes: CPU seconds per second of loading, averaged over the workers
     (or the main process while it waited, without workers). Near 1: computing; near 0: waiting on I/O."""
     if rec.settings.num_workers == 0:
-        steady = _steady_batches(rec)
+        steady = steady_batches(rec)
         waited = sum(b.wait_s for b in steady)
         return sum(b.wait_cpu_s for b in steady) / waited if waited > 0 else None
     by_pid: dict[int, list[WorkerSample]] = {}
@@ -213,7 +221,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def measurements(rec: Recording) -> dict[str, Any]:
     """The figures a report shows for a recording (the JSON schema's "measurements")."""
-    steady_waits = [b.wait_s for b in _steady_batches(rec)]
+    steady_waits = [b.wait_s for b in steady_batches(rec)]
     uss = [s.uss_bytes for s in rec.worker_samples]
     per_batch = batches_per_s(rec)
     samples = sum(b.samples for b in rec.batches)

@@ -92,7 +92,7 @@ class Settings:
         if self.num_workers and self.worker_threads:
             return (
                 "def worker_init_fn(worker_id):\n"
-                f"    torch.set_num_threads({self.worker_threads})  # and cv2.setNumThreads(0) if you use OpenCV\n"
+                f"    torch.set_num_threads({self.worker_threads})  # cv2.setNumThreads(0) too, with OpenCV\n"
                 "\n" + call
             )
         return call
@@ -145,9 +145,8 @@ class LoaderSpec:
     @classmethod
     def from_loader(cls, loader: DataLoader) -> LoaderSpec:
         if not isinstance(loader, DataLoader):
-            raise UsageError(
-                f"expected a torch.utils.data.DataLoader, got {type(loader).__module__}.{type(loader).__name__}"
-            )
+            kind = f"{type(loader).__module__}.{type(loader).__name__}"
+            raise UsageError(f"expected a torch.utils.data.DataLoader, got {kind}")
         context = loader.multiprocessing_context
         start_method = context if isinstance(context, str) or context is None else context.get_start_method()
         settings = Settings(

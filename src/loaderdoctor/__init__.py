@@ -1,0 +1,20 @@
+"""loaderdoctor: find out why a PyTorch training job waits on its data, and prove the fix by measuring it."""
+
+from loaderdoctor.check import check
+from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.report import Finding, Report, Verification
+from loaderdoctor.settings import Settings
+from loaderdoctor.workload import Workload
+
+__all__ = [
+    "Finding",
+    "LoaderDoctorError",
+    "LoaderDoctorWarning",
+    "Report",
+    "Settings",
+    "UsageError",
+    "Verification",
+    "Workload",
+    "check",
+]
+__version__ = "0.1.0"

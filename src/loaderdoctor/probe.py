@@ -1,0 +1,366 @@
+"""The probe: runs a loader with one Settings for a bounded time through the tap, and keeps a Recording."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import shutil
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from loaderdoctor.errors import UsageError
+from loaderdoctor.host import host_facts
+from loaderdoctor.indexed import indexed, parse_sample_failure
+from loaderdoctor.recording import (
+    BatchRecord,
+    EpochRecord,
+    Recording,
+    SampleError,
+    Stall,
+    WorkerDeath,
+)
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator
+from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
+from loaderdoctor.workers import StackDumpHook, WorkerSampler, dump_worker_stacks, thread_stack
+
+log = logging.getLogger("loaderdoctor")
+
+Step = Callable[[Any], Any]
+_WORKER_DIED = ("exited unexpectedly", "is killed by signal")
+_INTERRUPT_SIGNAL = signal.SIGUSR2
+# A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
+_MAX_CONSECUTIVE_FAILURES = 50
+
+
+@dataclass(frozen=True)
+class ProbeProgress:
+    epoch: int
+    epochs: int
+    batches: int
+    elapsed_s: float
+    budget_s: float
+
+
+class _Interrupted(BaseException):
+    """Raised in the main thread to end a stalled next() when loading runs in the main process."""
+
+
+def sleep_step(step_ms: float) -> Step:
+    """A simulated training step: the accelerator works, the CPU is free."""
+    seconds = step_ms / 1000.0
+
+    def step(batch: Any) -> None:
+        time.sleep(seconds)
+
+    return step
+
+
+class _CountingSink:
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        return len(data)
+
+
+class _SizePickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        # Tensors reach spawned workers through shared memory, not inside the pickle.
+        if isinstance(obj, torch.Tensor):
+            return object, ()
+        return NotImplemented
+
+
+def pickled_bytes(spec: LoaderSpec, start_method: str) -> int:
+    """How many bytes every worker started with `start_method` receives and unpickles: the dataset and the
+    functions it is loaded with. Raises a UsageError naming what cannot be pickled."""
+    parts = {"dataset": spec.dataset, "collate_fn": spec.collate_fn, "worker_init_fn": spec.worker_init_fn}
+    total = 0
+    for name, value in parts.items():
+        sink = _CountingSink()
+        try:
+            _SizePickler(sink, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+        except Exception as error:
+            raise UsageError(
+                f"the loader's {name} ({type(value).__name__}) cannot be pickled, and the {start_method!r} "
+                f"start method must send it to every worker: {type(error).__name__}: {error}",
+                hint="define classes and functions at module top level (no lambdas or local functions), "
+                "and open files, connections and locks lazily inside the worker instead of in __init__",
+            ) from None
+        if name == "dataset":
+            total += sink.size
+    return total
+
+
+@contextlib.contextmanager
+def _main_thread_interruptible() -> Iterator[bool]:
+    """Lets a watchdog end a next() stuck in this (main) thread; yields whether that is possible here."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise _Interrupted()
+
+    previous = signal.signal(_INTERRUPT_SIGNAL, interrupt)
+    try:
+        yield True
+    finally:
+        signal.signal(_INTERRUPT_SIGNAL, previous)
+
+
+class _Run:
+    """The state of one probe run: the loop, and what the tap and watchdog report into the Recording."""
+
+    def __init__(
+        self,
+        spec: LoaderSpec,
+        settings: Settings,
+        *,
+        budget_s: float,
+        epochs: int,
+        step: Step | None,
+        policy: StallPolicy,
+        progress: Callable[[ProbeProgress], None] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.budget_s = budget_s
+        self.epochs = epochs
+        self.step = step
+        self.policy = policy
+        self.progress = progress
+        self.clock = clock
+        self.consumer = threading.current_thread()
+        self.can_interrupt = False
+        self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-stacks-")
+        start_method = settings.effective_start_method
+        self.rec = Recording(
+            settings=settings,
+            start_method=start_method,
+            batch_size=spec.batch_size,
+            batches_per_epoch=_length(spec, settings),
+            iterable=spec.is_iterable,
+            step_s=None,
+            budget_s=budget_s,
+            host=host_facts(),
+            dataset=type(spec.dataset).__name__,
+            dataset_len=_sized_len(spec.dataset),
+        )
+        if start_method in ("spawn", "forkserver"):
+            self.rec.pickled_dataset_bytes = pickled_bytes(spec, start_method)
+        loader = spec.build(
+            settings,
+            dataset=None if spec.is_iterable else indexed(spec.dataset),
+            worker_hook=StackDumpHook(self.dump_dir) if settings.num_workers else None,
+        )
+        self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
+        self.sampler = WorkerSampler(self.current_pids, clock=clock)
+        self.stall_lock = threading.Lock()
+        self.epoch_pids: list[int] = []
+        self.first_batch_s: dict[int, float] = {}
+        self.step_times: list[float] = []
+
+    def current_pids(self) -> list[int]:
+        current = self.tap.current
+        return list(current.pids) if current is not None else []
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, IteratorCreated):
+            self.rec.iterators.append(event.facts)
+            self.epoch_pids = event.worker_pids
+        elif isinstance(event, BatchDelivered):
+            if event.first_batch_s is not None:
+                self.first_batch_s[event.epoch] = event.first_batch_s
+            self.rec.batches.append(
+                BatchRecord(
+                    epoch=event.epoch,
+                    index=event.index,
+                    wait_s=event.wait_s,
+                    wait_cpu_s=event.wait_cpu_s,
+                    step_s=0.0,
+                    nbytes=event.nbytes,
+                    samples=event.samples,
+                )
+            )
+
+    def on_stall(self, notice: StallNotice) -> None:
+        """From the watchdog's thread: capture where loading is stuck, then end the stuck next()."""
+        if notice.pids:
+            stacks = dump_worker_stacks(notice.pids, self.dump_dir)
+            idle = self.sampler.cpu_idle(notice.pids, self.policy.idle_window_s)
+        else:
+            stacks, idle = [thread_stack(self.consumer)], None
+        with self.stall_lock:
+            self.rec.stall = Stall(
+                epoch=notice.epoch,
+                batch=notice.batch,
+                waited_s=notice.waited_s,
+                threshold_s=notice.threshold_s,
+                reason=notice.reason,
+                stacks=stacks,
+                workers_cpu_idle=idle,
+            )
+        log.warning("stall at epoch %d batch %d: %s", notice.epoch, notice.batch, notice.reason)
+        if notice.pids:
+            # The DataLoader notices its workers died (at once through its SIGCHLD handler in the main
+            # thread, else within its 5 s status check) and raises in the stuck next().
+            for pid in notice.pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        elif self.can_interrupt and self.consumer.ident is not None:
+            signal.pthread_kill(self.consumer.ident, _INTERRUPT_SIGNAL)
+        else:
+            log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
+
+    def run(self) -> Recording:
+        started = self.clock()
+        watchdog = Watchdog(
+            self.tap,
+            self.policy,
+            self.on_stall,
+            workers_idle=self.sampler.cpu_idle,
+            deadline=started + self.budget_s * 1.5 + 5.0,
+        )
+        iterator: TapIterator | None = None
+        with _main_thread_interruptible() as self.can_interrupt:
+            self.sampler.start()
+            watchdog.start()
+            try:
+                for epoch in range(self.epochs):
+                    remaining = self.budget_s - (self.clock() - started)
+                    if remaining <= 0 or self.rec.outcome != "completed":
+                        break
+                    if iterator is not None and not self.settings.persistent_workers:
+                        iterator.close()
+                    epoch_deadline = self.clock() + remaining / (self.epochs - epoch)
+                    iterator = self.tap.epoch(epoch)
+                    self.run_epoch(iterator, epoch, epoch_deadline, started)
+            finally:
+                watchdog.stop()
+                self.sampler.stop()
+                if iterator is not None:
+                    iterator.close()
+                shutil.rmtree(self.dump_dir, ignore_errors=True)
+        self.rec.wall_s = self.clock() - started
+        self.rec.worker_samples = self.sampler.samples
+        if self.step is not None and self.step_times:
+            self.rec.step_s = statistics.median(self.step_times)
+        return self.rec
+
+    def run_epoch(self, iterator: TapIterator, epoch: int, deadline: float, started: float) -> None:
+        ended = "exhausted"
+        failures_in_a_row = 0
+        epoch_started = self.clock()
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            except _Interrupted:
+                ended = "stall"
+                self.rec.outcome = "stalled"
+                break
+            except Exception as error:
+                if self.rec.stall is not None:
+                    ended, self.rec.outcome = "stall", "stalled"
+                    break
+                if any(text in str(error) for text in _WORKER_DIED):
+                    self.rec.worker_deaths.append(WorkerDeath(epoch, iterator.index - 1, str(error)))
+                    ended, self.rec.outcome = "worker-died", "crashed"
+                    break
+                self.record_sample_error(epoch, iterator.index - 1, error)
+                failures_in_a_row += 1
+                if failures_in_a_row >= _MAX_CONSECUTIVE_FAILURES:
+                    ended, self.rec.outcome = "error", "crashed"
+                    self.rec.error = f"{failures_in_a_row} batches in a row failed; the last: {error}"
+                    break
+                continue
+            failures_in_a_row = 0
+            if self.step is not None:
+                step_started = self.clock()
+                self.step(batch)
+                self.rec.batches[-1].step_s = self.clock() - step_started
+                self.step_times.append(self.rec.batches[-1].step_s)
+            del batch
+            if self.progress is not None:
+                self.progress(
+                    ProbeProgress(epoch, self.epochs, len(self.rec.batches), self.clock() - started, self.budget_s)
+                )
+            if self.clock() >= deadline:
+                ended = "time"
+                break
+        self.rec.epochs.append(
+            EpochRecord(
+                epoch=epoch,
+                first_batch_s=self.first_batch_s.get(epoch),
+                batches=sum(1 for b in self.rec.batches if b.epoch == epoch),
+                wall_s=self.clock() - epoch_started,
+                worker_pids=list(self.epoch_pids),
+                ended=ended,
+            )
+        )
+
+    def record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
+        index, error_type, message = parse_sample_failure(error)
+        self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
+
+
+def _sized_len(obj: Any) -> int | None:
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
+def _length(spec: LoaderSpec, settings: Settings) -> int | None:
+    try:
+        return len(spec.build(settings.replace(num_workers=0)))
+    except TypeError:
+        return None
+
+
+def probe(
+    spec: LoaderSpec,
+    settings: Settings | None = None,
+    *,
+    budget_s: float = 30.0,
+    epochs: int = 3,
+    step: Step | None = None,
+    step_ms: float | None = None,
+    policy: StallPolicy | None = None,
+    progress: Callable[[ProbeProgress], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Recording:
+    """Run the loader of `spec` with `settings` (its own by default) for at most `epochs` epochs and about
+    `budget_s` seconds, calling the training step after each batch, and return what was measured."""
+    if epochs < 1:
+        raise UsageError(f"epochs must be 1 or more, not {epochs}")
+    if budget_s <= 0:
+        raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
+    if step is None and step_ms is not None:
+        step = sleep_step(step_ms)
+    run = _Run(
+        spec,
+        settings or spec.settings,
+        budget_s=budget_s,
+        epochs=epochs,
+        step=step,
+        policy=policy or StallPolicy(),
+        progress=progress,
+        clock=clock,
+    )
+    return run.run()

@@ -1,0 +1,1 @@
+"""Renderers: turn a Report (plain data) into text for people (console) or programs (json)."""

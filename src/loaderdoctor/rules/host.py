@@ -1,0 +1,257 @@
+"""Rules about the machine's limits that a loader runs into: cores, open files, /dev/shm, leftover processes."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from loaderdoctor.recording import Recording, loading_cpu_share, wait_fraction
+from loaderdoctor.report import Finding
+from loaderdoctor.rules._common import (
+    CRITICAL_TIME_SHARE,
+    DEFAULT_PREFETCH_FACTOR,
+    batches_in_flight,
+    is_io_bound,
+    mb,
+    mean_batch_bytes,
+    percent,
+    rounded,
+    samples_by_worker,
+    settings_snippet,
+)
+
+# A plain DataLoader worker runs 1-3 threads; a thread pool per core (OpenCV, BLAS, OpenMP) shows as more.
+POOLED_THREADS_PER_WORKER = 4
+MAX_THREADS_PER_CORE = 4
+MAX_WORKERS_PER_CORE = 2
+# Without a training step there is no wait to show the cost; workers each busy this many cores show it.
+CONTENDED_CPU_SHARE = 1.5
+
+FD_WARNING_SHARE = 0.8
+# Tensors per batch (e.g. inputs and labels) each hold a descriptor under the file_descriptor strategy;
+# a Recording does not count them, so this is a guess.
+TENSORS_PER_BATCH_GUESS = 2
+
+SHM_WARNING_SHARE = 0.5
+
+STRAY_CRITICAL_CPU_PERCENT = 50.0
+CMDLINE_CHARS = 80
+
+RAISE_FD_LIMIT_SNIPPET = """\
+import resource
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+# or share tensors through files instead of descriptors:
+# torch.multiprocessing.set_sharing_strategy("file_system")"""
+
+
+def _threads_per_worker(rec: Recording) -> int | None:
+    """Threads of the typical worker: each worker's most, then the median over workers."""
+    most = [max(s.threads for s in samples) for samples in samples_by_worker(rec).values()]
+    return statistics.median_low(most) if most else None
+
+
+def _core_limits(rec: Recording) -> str:
+    """Why this process has fewer cores than the machine, in words; empty when it has them all."""
+    host = rec.host
+    reasons = []
+    if host.affinity_cores < host.cpu_count:
+        reasons.append(f"its CPU affinity allows {host.affinity_cores} of {host.cpu_count} CPUs")
+    if host.cgroup_cpu_quota is not None and host.cgroup_cpu_quota < host.cpu_count:
+        reasons.append(f"its container's CPU quota is {host.cgroup_cpu_quota:g} cores")
+    return f" (the process has fewer cores than the machine: {' and '.join(reasons)})" if reasons else ""
+
+
+def cpu_oversubscription(rec: Recording) -> Finding | None:
+    """More loading threads or workers than the usable cores can run, so they slow each other down."""
+    workers = rec.settings.num_workers
+    if workers == 0:
+        return None
+    cores = rec.host.usable_cores
+    threads = _threads_per_worker(rec)
+    cpu_share = loading_cpu_share(rec)
+    too_many_threads = (
+        threads is not None
+        and threads >= POOLED_THREADS_PER_WORKER
+        and workers * threads > MAX_THREADS_PER_CORE * cores
+    )
+    # Workers that mostly wait on I/O do not compete for cores, so many of them are fine.
+    too_many_workers = workers > MAX_WORKERS_PER_CORE * cores and not is_io_bound(cpu_share)
+    if not (too_many_threads or too_many_workers):
+        return None
+    fraction = wait_fraction(rec)
+    if fraction is not None:
+        critical = fraction > CRITICAL_TIME_SHARE
+    else:
+        critical = cpu_share is not None and cpu_share > CONTENDED_CPU_SHARE
+    change: dict[str, Any] = {}
+    advice = []
+    if too_many_threads:
+        change["worker_threads"] = 1
+        advice.append(
+            "limit each worker to one thread in worker_init_fn (torch.set_num_threads(1), "
+            "cv2.setNumThreads(0)): libraries start a thread pool per core in every worker"
+        )
+    if too_many_workers:
+        change["num_workers"] = max(1, int(cores))
+        advice.append(f"use {change['num_workers']} workers, one per usable core")
+    title = (
+        f"{workers} workers × {threads} threads compete for {cores:g} usable cores"
+        if too_many_threads
+        else f"{workers} workers compete for {cores:g} usable cores"
+    )
+    return Finding(
+        rule="cpu-oversubscription",
+        severity="critical" if critical else "warning",
+        title=title,
+        evidence={
+            "num_workers": workers,
+            "threads_per_worker": threads,
+            "usable_cores": cores,
+            "affinity_cores": rec.host.affinity_cores,
+            "cgroup_cpu_quota": rec.host.cgroup_cpu_quota,
+            "wait_fraction": rounded(fraction, 3),
+            "loading_cpu_share": rounded(cpu_share, 3),
+        },
+        fix=f"Loading runs more threads than the cores can serve{_core_limits(rec)}: " + "; ".join(advice) + ".",
+        snippet=settings_snippet(rec, change),
+        settings_change=change,
+        impact=fraction or 0.0,
+    )
+
+
+def fd_limit(rec: Recording) -> Finding | None:
+    """Batches shared through file descriptors would exceed the open-file limit: 'Too many open files'."""
+    host = rec.host
+    if (
+        host.sharing_strategy != "file_descriptor"
+        or rec.settings.num_workers == 0
+        or host.open_fds is None
+        or host.fd_soft_limit is None
+    ):
+        return None
+    in_flight = batches_in_flight(rec) * TENSORS_PER_BATCH_GUESS
+    needed = host.open_fds + in_flight
+    if needed > host.fd_soft_limit:
+        severity, title = (
+            "critical",
+            f"The loader needs about {needed} open files, over the limit of {host.fd_soft_limit}",
+        )
+    elif needed > FD_WARNING_SHARE * host.fd_soft_limit:
+        severity, title = (
+            "warning",
+            f"Open files would reach about {needed} of the {host.fd_soft_limit} allowed",
+        )
+    else:
+        return None
+    return Finding(
+        rule="fd-limit",
+        severity=severity,
+        title=title,
+        evidence={
+            "open_fds": host.open_fds,
+            "fds_in_flight_estimate": in_flight,
+            "fd_soft_limit": host.fd_soft_limit,
+            "sharing_strategy": host.sharing_strategy,
+            "num_workers": rec.settings.num_workers,
+            "prefetch_factor": rec.settings.prefetch_factor or DEFAULT_PREFETCH_FACTOR,
+        },
+        fix=(
+            "Every tensor a worker hands over holds an open file descriptor until it is freed. Raise the soft "
+            "limit (ulimit -n, or resource.setrlimit at the start of the script), or share through files with "
+            'torch.multiprocessing.set_sharing_strategy("file_system").'
+        ),
+        snippet=RAISE_FD_LIMIT_SNIPPET,
+        settings_change={},
+        impact=1.0 if severity == "critical" else 0.0,
+    )
+
+
+def _shm_fitting_change(rec: Recording, batch_bytes: float, free_bytes: int) -> dict[str, Any]:
+    """The smallest cut (prefetch 1, then fewer workers) that keeps batches in flight under the warning line."""
+    settings = rec.settings
+    per_worker = batch_bytes * rec.host.local_ranks  # with prefetch_factor=1
+    workers = min(settings.num_workers, math.floor(SHM_WARNING_SHARE * free_bytes / per_worker))
+    if workers < 1:
+        return {}
+    change: dict[str, Any] = {}
+    if (settings.prefetch_factor or DEFAULT_PREFETCH_FACTOR) > 1:
+        change["prefetch_factor"] = 1
+    if workers < settings.num_workers:
+        change["num_workers"] = workers
+    return change
+
+
+def shm_capacity(rec: Recording) -> Finding | None:
+    """Batches in flight would fill /dev/shm, where workers die with 'Bus error'."""
+    free = rec.host.shm_free_bytes
+    batch_bytes = mean_batch_bytes(rec)
+    if rec.settings.num_workers == 0 or free is None or batch_bytes is None:
+        return None
+    # Every local rank runs its own workers, all sharing the one /dev/shm.
+    in_flight = batch_bytes * batches_in_flight(rec) * rec.host.local_ranks
+    if in_flight > free:
+        severity = "critical"
+        title = f"Batches in flight need about {mb(in_flight):g} MB of /dev/shm, but only {mb(free):g} MB is free"
+        change = _shm_fitting_change(rec, batch_bytes, free)
+    elif in_flight > SHM_WARNING_SHARE * free:
+        severity = "warning"
+        title = (
+            f"Batches in flight would fill {percent(in_flight / free)} of the free /dev/shm "
+            f"({mb(in_flight):g} of {mb(free):g} MB)"
+        )
+        change = {}  # a risk, not a failure: not worth slowing the loader for
+    else:
+        return None
+    return Finding(
+        rule="shm-capacity",
+        severity=severity,
+        title=title,
+        evidence={
+            "batch_mb": mb(batch_bytes),
+            "prefetch_factor": rec.settings.prefetch_factor or DEFAULT_PREFETCH_FACTOR,
+            "num_workers": rec.settings.num_workers,
+            "local_ranks": rec.host.local_ranks,
+            "shm_in_flight_mb": mb(in_flight),
+            "shm_free_mb": mb(free),
+            "shm_total_mb": None if rec.host.shm_total_bytes is None else mb(rec.host.shm_total_bytes),
+        },
+        fix=(
+            "Workers hand batches over through /dev/shm, and a worker that finds it full dies with 'Bus error'. "
+            "Give the container more (docker run --shm-size=8g, or --ipc=host), or lower num_workers or "
+            "prefetch_factor."
+        ),
+        snippet=settings_snippet(rec, change),
+        settings_change=change,
+        impact=1.0 if severity == "critical" else 0.0,
+    )
+
+
+def stray_workers(rec: Recording) -> Finding | None:
+    """Worker processes left by earlier runs keep cores busy."""
+    strays = rec.host.stray_workers
+    if not strays:
+        return None
+    cpu_percent = sum(s.cpu_percent for s in strays)
+    pids = " ".join(str(s.pid) for s in strays)
+    noun, verb = ("process", "uses") if len(strays) == 1 else ("processes", "use")
+    return Finding(
+        rule="stray-workers",
+        severity="critical" if cpu_percent > STRAY_CRITICAL_CPU_PERCENT else "warning",
+        title=f"{len(strays)} worker {noun} left from earlier runs {verb} {cpu_percent:.0f}% CPU",
+        evidence={
+            "pids": [s.pid for s in strays],
+            "cmdlines": [s.cmdline[:CMDLINE_CHARS] for s in strays],
+            "cpu_percent": round(cpu_percent, 1),
+        },
+        fix=(
+            "These are DataLoader workers of runs that were killed hard, whose parent is gone; they take cores "
+            f"from this run until they end. End them with: kill {pids}"
+        ),
+        snippet=f"kill {pids}",
+        settings_change={},
+        # The share of the usable cores they take.
+        impact=min(1.0, cpu_percent / 100 / rec.host.usable_cores) if rec.host.usable_cores > 0 else 1.0,
+    )

@@ -1,0 +1,117 @@
+"""Rules about memory: workers that keep growing, and pinned memory that does or would do nothing."""
+
+from __future__ import annotations
+
+import statistics
+
+from loaderdoctor.recording import Recording, WorkerSample, worker_growth
+from loaderdoctor.report import Finding
+from loaderdoctor.rules._common import MIB, mb, mean_batch_bytes, samples_by_worker, settings_snippet
+
+GROWTH_WARNING_BYTES = 64 * MIB
+GROWTH_CRITICAL_BYTES = 256 * MIB
+# A worker still grows when its last third of samples averages this share of its whole growth above its
+# middle third: steady growth gives 1/3, a cache that filled up early and stopped gives about 0.
+STILL_RISING_SHARE = 0.1
+# Pinning pays off when copies to the accelerator are big enough to overlap with compute.
+PIN_WORTHWHILE_BATCH_BYTES = 1 * MIB
+
+COMPACT_STORAGE_SNIPPET = """\
+# A list of str is copied page by page into every worker that reads it (copy-on-read):
+# keep the same data in one numpy buffer plus offsets, which reading leaves untouched.
+encoded = [p.encode() for p in paths]
+self.offsets = np.cumsum([0] + [len(b) for b in encoded])
+self.buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+
+def path(self, i):
+    return self.buffer[self.offsets[i] : self.offsets[i + 1]].tobytes().decode()
+
+# and give every cache a bound: @functools.lru_cache(maxsize=1024)"""
+
+PIN_MEMORY_SNIPPET = """\
+loader = DataLoader(dataset, batch_size=..., pin_memory=True)
+for batch in loader:
+    batch = batch.to(device, non_blocking=True)  # the copy overlaps with compute"""
+
+
+def _still_rising(samples: list[WorkerSample]) -> bool | None:
+    """Whether one worker's USS still climbs at the end of the run; None with too few samples to tell."""
+    if len(samples) < 3:
+        return None
+    uss = [s.uss_bytes for s in samples]
+    growth = uss[-1] - uss[0]
+    middle = statistics.mean(uss[len(uss) // 3 : 2 * len(uss) // 3])
+    last = statistics.mean(uss[2 * len(uss) // 3 :])
+    return growth > 0 and last - middle >= STILL_RISING_SHARE * growth
+
+
+def memory_growth(rec: Recording) -> Finding | None:
+    """Workers' memory keeps growing over the run: how fast, and the usual causes."""
+    growth = worker_growth(rec)
+    if not growth:
+        return None
+    growth_bytes = statistics.median(last - first for first, last, _ in growth.values())
+    if growth_bytes < GROWTH_WARNING_BYTES:
+        return None
+    rising = [r for r in map(_still_rising, samples_by_worker(rec).values()) if r is not None]
+    # A worker that grew and then levelled off (a cache filled once) is not a leak.
+    if not rising or sum(rising) * 2 < len(rising):
+        return None
+    seconds = statistics.median(s for _, _, s in growth.values())
+    growth_mb = mb(growth_bytes)
+    return Finding(
+        rule="memory-growth",
+        severity="critical" if growth_bytes >= GROWTH_CRITICAL_BYTES else "warning",
+        title=f"Each worker's memory grew by {growth_mb:g} MB in {seconds:.0f} s and is still growing",
+        evidence={
+            "workers": len(growth),
+            "uss_start_mb": mb(statistics.median(first for first, _, _ in growth.values())),
+            "uss_end_mb": mb(statistics.median(last for _, last, _ in growth.values())),
+            "growth_mb_per_worker": growth_mb,
+            "growth_mb_per_min": round(growth_bytes / MIB / seconds * 60, 1) if seconds > 0 else None,
+            "seconds": round(seconds, 1),
+        },
+        fix=(
+            "Workers copy every Python object they touch after fork (copy-on-read, pytorch#13246), and caches "
+            "that never stop growing add to it: keep per-sample lists and dicts in numpy arrays or one buffer "
+            "plus offsets, and bound caches (functools.lru_cache(maxsize=...))."
+        ),
+        snippet=COMPACT_STORAGE_SNIPPET,
+        settings_change={},
+        # It costs memory, not time; the size only ranks it among other findings.
+        impact=min(1.0, growth_bytes / (1024 * MIB)),
+    )
+
+
+def pin_memory(rec: Recording) -> Finding | None:
+    """pin_memory set without an accelerator, or left off with one and large batches: worth knowing."""
+    accelerator = rec.host.accelerator
+    batch_bytes = mean_batch_bytes(rec)
+    if rec.settings.pin_memory and accelerator is None:
+        change = {"pin_memory": False}
+        return Finding(
+            rule="pin-memory",
+            severity="info",
+            title="pin_memory=True does nothing without an accelerator",
+            evidence={"pin_memory": True, "accelerator": None},
+            fix="Pinned memory only speeds up copies to an accelerator; without one, turn it off.",
+            snippet=settings_snippet(rec, change),
+            settings_change=change,
+        )
+    if accelerator == "cuda" and not rec.settings.pin_memory and batch_bytes is not None:
+        if batch_bytes < PIN_WORTHWHILE_BATCH_BYTES:
+            return None
+        # No settings change: the gain is in the training loop's copy, which a probe does not measure.
+        return Finding(
+            rule="pin-memory",
+            severity="info",
+            title=f"Batches of {mb(batch_bytes):g} MB are copied to {accelerator} from unpinned memory",
+            evidence={"pin_memory": False, "accelerator": accelerator, "batch_mb": mb(batch_bytes)},
+            fix=(
+                "With pin_memory=True and .to(device, non_blocking=True), copying a batch to the accelerator "
+                "overlaps with compute instead of blocking it."
+            ),
+            snippet=PIN_MEMORY_SNIPPET,
+            settings_change={},
+        )
+    return None

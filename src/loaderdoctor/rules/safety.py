@@ -1,0 +1,89 @@
+"""Rules about loaders that hang: workers forked into an unsafe state, and a batch that never came."""
+
+from __future__ import annotations
+
+from loaderdoctor.recording import Recording, WorkerStack
+from loaderdoctor.report import Finding
+from loaderdoctor.rules._common import fork_hazards, settings_snippet
+
+SAFE_START_CHANGE = {"start_method": "forkserver", "persistent_workers": True}
+
+
+def fork_unsafe(rec: Recording) -> Finding | None:
+    """Workers are forked while threads, CUDA or inductor run in the parent: a hang waiting to happen."""
+    if rec.settings.num_workers == 0 or rec.start_method != "fork":
+        return None
+    hazards = fork_hazards(rec)
+    if not hazards:
+        return None
+    # The risk is shown by the evidence alone; a stall or a dead worker shows it happened.
+    happened = rec.stall is not None or bool(rec.worker_deaths)
+    title = f"Workers are forked while {hazards.describe()}"
+    title += ", and the loader failed" if happened else ": a forked worker can hang on a copied lock"
+    return Finding(
+        rule="fork-unsafe",
+        severity="critical" if happened else "warning",
+        title=title,
+        evidence={
+            "threads": hazards.threads,
+            "cuda_initialized": hazards.cuda_initialized,
+            "inductor_loaded": hazards.inductor_loaded,
+            "start_method": rec.start_method,
+            "stalled": rec.stall is not None,
+            "worker_deaths": len(rec.worker_deaths),
+        },
+        fix=(
+            "A forked worker inherits locks held by the parent's other threads but not the threads that "
+            "would release them. Start workers with forkserver (or spawn) and keep them persistent, or "
+            "create the loaders before starting threads or CUDA."
+        ),
+        snippet=settings_snippet(rec, SAFE_START_CHANGE),
+        settings_change=dict(SAFE_START_CHANGE),
+        impact=1.0 if happened else 0.0,
+    )
+
+
+def _stuck_frame(stack: WorkerStack) -> str | None:
+    """Where one process is stuck: the innermost frame in the user's code, else the innermost one."""
+    frame = stack.stuck_frame or (stack.frames[0] if stack.frames else None)
+    return None if frame is None else f"pid {stack.pid}: {frame}"
+
+
+def stall(rec: Recording) -> Finding | None:
+    """A batch never came: which one, how long the loop waited, and where the workers are stuck."""
+    if rec.stall is None:
+        return None
+    stalled = rec.stall
+    stuck_frames = [f for f in (_stuck_frame(s) for s in stalled.stacks) if f is not None]
+    hazards = fork_hazards(rec)
+    if hazards and rec.start_method == "fork":
+        fix = (
+            f"Workers were forked while {hazards.describe()}, the known cause of this hang (see fork-unsafe): "
+            "start them with forkserver or spawn."
+        )
+    elif stuck_frames:
+        fix = f"Look at where loading is stuck ({stuck_frames[0]}) and make it return."
+    else:
+        fix = "Find where loading is stuck with py-spy dump --pid on a worker."
+    fix += " Pass DataLoader(timeout=...) so that a hang raises instead of waiting forever."
+    return Finding(
+        rule="stall",
+        severity="critical",
+        title=(
+            f"Batch {stalled.batch} of epoch {stalled.epoch} never came: "
+            f"the loop waited {stalled.waited_s:.0f} s for it"
+        ),
+        evidence={
+            "epoch": stalled.epoch,
+            "batch": stalled.batch,
+            "waited_s": round(stalled.waited_s, 1),
+            "threshold_s": round(stalled.threshold_s, 1),
+            "reason": stalled.reason,
+            "workers_cpu_idle": stalled.workers_cpu_idle,
+            "stuck_frames": stuck_frames,
+        },
+        fix=fix,
+        snippet=None,
+        settings_change={},
+        impact=1.0,
+    )

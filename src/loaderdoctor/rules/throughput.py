@@ -1,0 +1,217 @@
+"""Rules about time the training loop loses waiting for batches: in steady state, and at each epoch's start."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any
+
+from loaderdoctor.recording import Recording, loading_cpu_share, startup_s, wait_fraction
+from loaderdoctor.report import Finding
+from loaderdoctor.rules._common import (
+    CRITICAL_TIME_SHARE,
+    MIB,
+    WARNING_TIME_SHARE,
+    fork_hazards,
+    is_io_bound,
+    mb,
+    percent,
+    rounded,
+    settings_snippet,
+    steady_batches,
+    steady_interval_s,
+    time_cost_severity,
+)
+
+# Workers that wait on I/O: more of them than cores helps, up to a point where memory and open files cost
+# more than the extra reads in flight gain.
+MAX_IO_WORKERS = 16
+
+# A later epoch's first batch this many times slower than a steady batch means workers were started again.
+RESPAWN_FIRST_BATCH_RATIO = 3.0
+
+# Slow start: a first batch this slow, caused by this much pickled dataset sent to the workers in all.
+SLOW_FIRST_BATCH_S = 1.0
+LARGE_PICKLED_TOTAL_BYTES = 32 * MIB
+SLOW_START_METHODS = ("spawn", "forkserver")
+
+LEAN_GETSTATE_SNIPPET = """\
+class MyDataset(torch.utils.data.Dataset):
+    def __init__(self, path):
+        self.path = path
+        self._data = None  # opened lazily, once in each worker
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_data"] = None  # workers get the path, not the contents
+        return state
+
+    def __getitem__(self, index):
+        if self._data is None:
+            self._data = np.load(self.path, mmap_mode="r")
+        return self._data[index]"""
+
+
+def input_bound(rec: Recording) -> Finding | None:
+    """The training step waits for data: how long, and the worker count that would stop it."""
+    fraction = wait_fraction(rec)
+    if fraction is None or rec.step_s is None:
+        return None
+    severity = time_cost_severity(fraction)
+    if severity is None:
+        return None
+    workers = rec.settings.num_workers
+    cores = rec.host.usable_cores
+    cpu_share = loading_cpu_share(rec)
+    change: dict[str, Any] = {}
+    if is_io_bound(cpu_share):
+        suggested = min(MAX_IO_WORKERS, max(2 * workers, 2 * int(cores), 4))
+        if suggested > workers:
+            change = {"num_workers": suggested, "persistent_workers": True}
+            fix = (
+                f"Loading waits on I/O (its processes compute only {percent(cpu_share or 0.0)} of the time), "
+                f"so more workers than cores help: use {suggested} workers to keep more reads in flight, "
+                "and keep them alive between epochs."
+            )
+        else:
+            fix = (
+                f"Loading waits on I/O even with {workers} workers: read less per sample (smaller or "
+                "pre-decoded files), read faster storage, or cache the data locally."
+            )
+    else:
+        suggested = max(1, int(cores))
+        if suggested > workers:
+            change = {"num_workers": suggested, "persistent_workers": True}
+            where = (
+                "in the main process, between training steps"
+                if workers == 0
+                else f"in {workers} worker{'s' if workers > 1 else ''} for {cores:g} usable cores"
+            )
+            fix = (
+                f"Loading runs {where}: use {suggested} workers so batches are prepared while the step runs, "
+                "and keep them alive between epochs."
+            )
+        else:
+            fix = (
+                f"Loading is CPU-bound and already has {workers} workers for {cores:g} usable cores, so more "
+                "workers cannot help: make each sample cheaper, cache decoded data, or move "
+                "augmentation to the accelerator."
+            )
+    waits = [b.wait_s for b in steady_batches(rec)]
+    return Finding(
+        rule="input-bound",
+        severity=severity,
+        title=f"The training step waits for data {percent(fraction)} of the time",
+        evidence={
+            "wait_fraction": round(fraction, 3),
+            "wait_ms_p50": round(statistics.median(waits) * 1000, 2),
+            "step_ms": round(rec.step_s * 1000, 2),
+            "loading_cpu_share": rounded(cpu_share, 3),
+            "num_workers": workers,
+            "usable_cores": cores,
+        },
+        fix=fix,
+        snippet=settings_snippet(rec, change),
+        settings_change=change,
+        impact=fraction,
+    )
+
+
+def _workers_restarted(rec: Recording) -> bool:
+    """Whether the epochs show new workers: other pids, or later first batches far slower than steady ones."""
+    pid_sets = [frozenset(e.worker_pids) for e in rec.epochs if e.worker_pids]
+    if len(pid_sets) >= 2:
+        return any(a != b for a, b in itertools.pairwise(pid_sets))
+    interval = steady_interval_s(rec)
+    later = [e.first_batch_s for e in rec.epochs[1:] if e.first_batch_s is not None]
+    return bool(later) and interval > 0 and min(later) > RESPAWN_FIRST_BATCH_RATIO * interval
+
+
+def worker_respawn(rec: Recording) -> Finding | None:
+    """Workers are started again every epoch: the time that costs and persistent_workers as the fix."""
+    settings = rec.settings
+    if settings.num_workers == 0 or settings.persistent_workers or len(rec.epochs) < 2 or rec.wall_s <= 0:
+        return None
+    if not _workers_restarted(rec):
+        return None
+    interval = steady_interval_s(rec)
+    # The first epoch's start-up stays with persistent workers: only the later ones are saved.
+    respawns = [max(0.0, e.first_batch_s - interval) for e in rec.epochs[1:] if e.first_batch_s is not None]
+    if not respawns:
+        return None
+    cost_s = sum(respawns)
+    impact = cost_s / rec.wall_s
+    severity = time_cost_severity(impact)
+    if severity is None:
+        return None
+    per_epoch_s = cost_s / len(respawns)
+    change = {"persistent_workers": True}
+    return Finding(
+        rule="worker-respawn",
+        severity=severity,
+        title=(f"Workers start again every epoch: {per_epoch_s:.2f} s each time, {percent(impact)} of the run"),
+        evidence={
+            "first_batch_s": [rounded(e.first_batch_s, 3) for e in rec.epochs],
+            "respawn_s_per_epoch": round(per_epoch_s, 3),
+            "respawn_fraction": round(impact, 3),
+            "start_method": rec.start_method,
+            "epochs": len(rec.epochs),
+        },
+        fix=(
+            "Set persistent_workers=True so workers start once and are reused every epoch. Caveat: with "
+            "persistent workers, changes the main process makes to the dataset no longer reach the workers."
+        ),
+        snippet=settings_snippet(rec, change),
+        settings_change=change,
+        impact=impact,
+    )
+
+
+def slow_start(rec: Recording) -> Finding | None:
+    """Spawned workers take long to start because each one unpickles a large dataset."""
+    settings = rec.settings
+    if (
+        settings.num_workers == 0
+        or rec.start_method not in SLOW_START_METHODS
+        or rec.pickled_dataset_bytes is None
+        or not rec.epochs
+        or rec.epochs[0].first_batch_s is None
+        or rec.wall_s <= 0
+    ):
+        return None
+    first_s = rec.epochs[0].first_batch_s
+    if first_s < SLOW_FIRST_BATCH_S or rec.pickled_dataset_bytes * settings.num_workers < LARGE_PICKLED_TOTAL_BYTES:
+        return None
+    impact = min(1.0, startup_s(rec) / rec.wall_s)
+    # The size is shown evidence of a cost even when this short run spends little of its time starting.
+    severity = "critical" if impact > CRITICAL_TIME_SHARE else "warning" if impact >= WARNING_TIME_SHARE else "info"
+    dataset_mb = mb(rec.pickled_dataset_bytes)
+    change: dict[str, Any] = {}
+    fork_safe = not fork_hazards(rec)
+    if fork_safe:
+        change["start_method"] = "fork"
+    if not settings.persistent_workers:
+        change["persistent_workers"] = True
+    fix = (
+        f"Each of the {settings.num_workers} workers unpickles the {dataset_mb:g} MB dataset at start-up "
+        f"under {rec.start_method}: give the dataset a lean __getstate__ that leaves big data out and opens "
+        "files lazily in the worker."
+    )
+    if fork_safe:
+        fix += " Nothing alive in this process makes fork unsafe, and forked workers share the dataset instead."
+    return Finding(
+        rule="slow-start",
+        severity=severity,
+        title=f"Workers take {first_s:.1f} s to start: each unpickles a {dataset_mb:g} MB dataset",
+        evidence={
+            "pickled_dataset_mb": dataset_mb,
+            "num_workers": settings.num_workers,
+            "start_method": rec.start_method,
+            "first_batch_s": [rounded(e.first_batch_s, 3) for e in rec.epochs],
+            "startup_fraction": round(impact, 3),
+        },
+        fix=fix,
+        snippet=LEAN_GETSTATE_SNIPPET,
+        settings_change=change,
+        impact=impact,
+    )

@@ -1,0 +1,177 @@
+"""The tap: wraps a DataLoader's iterator, passes batches through untouched, and emits plain events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from loaderdoctor.host import iterator_facts
+from loaderdoctor.recording import IteratorFacts
+
+
+@dataclass(frozen=True)
+class IteratorCreated:
+    epoch: int
+    facts: IteratorFacts  # taken just before iter(), when the workers fork or spawn
+    worker_pids: list[int]
+    create_s: float  # time spent in iter() itself
+
+
+@dataclass(frozen=True)
+class BatchDelivered:
+    epoch: int
+    index: int
+    wait_s: float
+    wait_cpu_s: float
+    nbytes: int
+    samples: int
+    first_batch_s: float | None  # from iter() to this batch, for the first batch of an epoch
+
+
+@dataclass(frozen=True)
+class BatchFailed:
+    epoch: int
+    index: int
+    wait_s: float
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class EpochEnded:
+    epoch: int
+    batches: int
+    wall_s: float
+
+
+Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded
+Listener = Callable[[Event], None]
+
+
+def batch_nbytes(batch: Any) -> int:
+    """Bytes of tensor and array data in a batch of any nesting of tuples, lists and dicts."""
+    if isinstance(batch, torch.Tensor):
+        return batch.element_size() * batch.nelement()
+    if isinstance(batch, np.ndarray):
+        return int(batch.nbytes)
+    if isinstance(batch, Mapping):
+        return sum(batch_nbytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_nbytes(v) for v in batch)
+    return 0
+
+
+def batch_samples(batch: Any, default: int) -> int:
+    """How many samples a batch holds: the first tensor's leading dimension, else `default`."""
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
+        return int(batch.shape[0]) if batch.ndim else default
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        if isinstance(value, (torch.Tensor, np.ndarray, Mapping, list, tuple)):
+            return batch_samples(value, default)
+    return default
+
+
+def worker_pids(iterator: Any) -> list[int]:
+    """The pids of a DataLoader iterator's worker processes (none for single-process loading)."""
+    return [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
+
+
+def shutdown(loader: DataLoader, iterator: Any) -> None:
+    """End a loader's workers now, persistent ones included, instead of whenever garbage collection runs."""
+    if hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+    if getattr(loader, "_iterator", None) is iterator:
+        loader._iterator = None
+
+
+class TapIterator:
+    """One epoch of a tapped loader. Exceptions from the loader pass through after a BatchFailed event,
+    and iteration may go on after them, as it can with a DataLoader."""
+
+    def __init__(self, tap: Tap, epoch: int) -> None:
+        self._tap = tap
+        tap.current = self  # before iter(), so that a watchdog sees a hang inside it too
+        self.epoch = epoch
+        self.index = 0  # the number of the next batch, failed ones counted
+        self.delivered = 0
+        facts = iterator_facts(epoch, tap.start_method)
+        self.started_at = tap.clock()
+        self.waiting_since: float | None = self.started_at  # iter() itself may block on worker start-up
+        self.inner = iter(tap.loader)
+        self.waiting_since = None
+        self.pids = worker_pids(self.inner)
+        tap.emit(IteratorCreated(epoch, facts, self.pids, tap.clock() - self.started_at))
+
+    def __iter__(self) -> TapIterator:
+        return self
+
+    def __next__(self) -> Any:
+        clock = self._tap.clock
+        self.waiting_since = started = clock()
+        cpu_started = time.process_time()
+        try:
+            batch = next(self.inner)
+        except StopIteration:
+            self.waiting_since = None
+            self._tap.emit(EpochEnded(self.epoch, self.index, clock() - self.started_at))
+            raise
+        except Exception as error:
+            self.waiting_since = None
+            self._tap.emit(BatchFailed(self.epoch, self.index, clock() - started, error))
+            self.index += 1
+            raise
+        delivered = clock()
+        self.waiting_since = None
+        first_batch_s = delivered - self.started_at if not self.delivered else None
+        self.delivered += 1
+        self._tap.emit(
+            BatchDelivered(
+                epoch=self.epoch,
+                index=self.index,
+                wait_s=delivered - started,
+                wait_cpu_s=time.process_time() - cpu_started,
+                nbytes=batch_nbytes(batch),
+                samples=batch_samples(batch, self._tap.loader.batch_size or 1),
+                first_batch_s=first_batch_s,
+            )
+        )
+        self.index += 1
+        return batch
+
+    def close(self) -> None:
+        """End this iterator's workers now."""
+        shutdown(self._tap.loader, self.inner)
+
+
+class Tap:
+    """Instruments a DataLoader: each epoch() is a TapIterator that reports to the listeners."""
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        listeners: list[Listener],
+        *,
+        start_method: str | None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.loader = loader
+        self.listeners = listeners
+        self.start_method = start_method
+        self.clock = clock
+        self.current: TapIterator | None = None
+        self.slowest_wait_s = 0.0  # the slowest steady-state batch so far: the watchdog's yardstick
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, BatchDelivered) and event.first_batch_s is None:
+            self.slowest_wait_s = max(self.slowest_wait_s, event.wait_s)
+        for listener in self.listeners:
+            listener(event)
+
+    def epoch(self, epoch: int) -> TapIterator:
+        return TapIterator(self, epoch)

@@ -1,0 +1,181 @@
+"""Worker processes seen from outside: periodic samples of their memory, CPU and threads, and their stacks."""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import re
+import signal
+import sys
+import sysconfig
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import torch
+
+from loaderdoctor.host import OWN_THREAD_PREFIX
+from loaderdoctor.recording import StackFrame, WorkerSample, WorkerStack
+
+STACK_SIGNAL = signal.SIGUSR1
+_DUMP_WAIT_S = 1.0
+
+
+class WorkerSampler:
+    """A background thread that samples every worker's USS/RSS, CPU time and thread count."""
+
+    def __init__(
+        self,
+        pids: Callable[[], list[int]],
+        *,
+        interval_s: float = 0.25,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._pids = pids
+        self._interval_s = interval_s
+        self._clock = clock
+        self._t0 = clock()
+        self._processes: dict[int, psutil.Process] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.samples: list[WorkerSample] = []
+        self._thread = threading.Thread(target=self._run, name=OWN_THREAD_PREFIX + "sampler", daemon=True)
+
+    def start(self) -> WorkerSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[WorkerSample]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.samples
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.sample_once()
+
+    def sample_once(self) -> None:
+        t_s = self._clock() - self._t0
+        for pid in self._pids():
+            try:
+                proc = self._processes.get(pid) or self._processes.setdefault(pid, psutil.Process(pid))
+                with proc.oneshot():
+                    memory = proc.memory_full_info()
+                    cpu = proc.cpu_times()
+                    threads = proc.num_threads()
+            except (psutil.Error, OSError):
+                continue  # a worker that ended between listing and sampling
+            with self._lock:
+                self.samples.append(
+                    WorkerSample(
+                        t_s=t_s,
+                        pid=pid,
+                        uss_bytes=memory.uss,
+                        rss_bytes=memory.rss,
+                        cpu_s=cpu.user + cpu.system,
+                        threads=threads,
+                    )
+                )
+
+    def cpu_idle(self, pids: list[int], window_s: float, min_cpu_s: float = 0.05) -> bool | None:
+        """Whether none of `pids` used more than min_cpu_s of CPU over the last window_s; None if unknown."""
+        with self._lock:
+            samples = list(self.samples)
+        if not samples:
+            return None
+        now = samples[-1].t_s
+        for pid in pids:
+            series = [s for s in samples if s.pid == pid]
+            recent = [s for s in series if s.t_s >= now - window_s]
+            if not series or series[0].t_s > now - window_s or len(recent) < 2:
+                return None  # not watched long enough to say
+            if recent[-1].cpu_s - recent[0].cpu_s > min_cpu_s:
+                return False
+        return True
+
+
+class StackDumpHook:
+    """Runs first in each worker: makes it write all its threads' stacks to a file on STACK_SIGNAL."""
+
+    def __init__(self, dump_dir: str) -> None:
+        self.dump_dir = dump_dir
+
+    def __call__(self, worker_id: int) -> None:
+        path = Path(self.dump_dir) / f"{os.getpid()}.txt"
+        # The file object must outlive this call: faulthandler writes to its descriptor from a signal handler.
+        global _dump_file
+        _dump_file = open(path, "w")  # noqa: SIM115
+        faulthandler.register(STACK_SIGNAL, file=_dump_file, all_threads=True)
+
+
+_dump_file = None
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.+)$')
+
+
+def parse_faulthandler(text: str) -> list[StackFrame]:
+    """The frames (innermost first) of the thread that runs the worker loop, from a faulthandler dump."""
+    threads: list[list[StackFrame]] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread ", "Current thread ")):
+            threads.append([])
+        elif (match := _FRAME.match(line)) and threads:
+            threads[-1].append(StackFrame(match["file"], int(match["line"]), match["function"].strip()))
+    for frames in threads:
+        if any(f.function == "_worker_loop" for f in frames):
+            return frames
+    return threads[0] if threads else []
+
+
+_STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+_OWN_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
+_SCENARIOS_DIR = _OWN_DIR + "scenarios" + os.sep
+
+
+def is_user_frame(frame: StackFrame) -> bool:
+    """Whether a frame is the user's: their code or a library they chose, not Python, torch or loaderdoctor
+    (whose built-in scenarios play the user's part)."""
+    path = os.path.realpath(frame.file)
+    if path.startswith(_SCENARIOS_DIR):
+        return True
+    if frame.file.startswith("<") or path.startswith((_OWN_DIR, _TORCH_DIR)):
+        return False
+    return not path.startswith(_STDLIB_DIR) or "-packages" + os.sep in path
+
+
+def stuck_frame(frames: list[StackFrame]) -> StackFrame | None:
+    """The innermost frame in the user's code, where a stuck worker is waiting."""
+    return next((f for f in frames if is_user_frame(f)), None)
+
+
+def dump_worker_stacks(pids: list[int], dump_dir: str, wait_s: float = _DUMP_WAIT_S) -> list[WorkerStack]:
+    """Ask each worker for its stacks (STACK_SIGNAL, see StackDumpHook) and read them back."""
+    paths = {pid: Path(dump_dir) / f"{pid}.txt" for pid in pids}
+    for pid in pids:
+        try:
+            os.kill(pid, STACK_SIGNAL)
+        except OSError:
+            continue
+    # faulthandler writes the whole dump at once from its signal handler: wait until every file has text.
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not all(p.exists() and p.stat().st_size for p in paths.values()):
+        time.sleep(0.02)
+    time.sleep(0.05)
+    texts = {pid: path.read_text() if path.exists() else "" for pid, path in paths.items()}
+    stacks = []
+    for pid in pids:
+        frames = parse_faulthandler(texts.get(pid, ""))
+        stacks.append(WorkerStack(pid=pid, frames=frames, stuck_frame=stuck_frame(frames)))
+    return stacks
+
+
+def thread_stack(thread: threading.Thread) -> WorkerStack:
+    """The current stack of a thread of this process (the main one, when loading runs there)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    summary = traceback.extract_stack(frame) if frame is not None else []
+    frames = [StackFrame(f.filename, f.lineno or 0, f.name) for f in reversed(summary)]
+    return WorkerStack(pid=os.getpid(), frames=frames, stuck_frame=stuck_frame(frames))
