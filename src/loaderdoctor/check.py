@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -45,8 +46,8 @@ def _as_resolved(target_or_loader: Any) -> targets.ResolvedTarget:
 
 def _step_of(workload: Workload, step_ms: float | None) -> Step | None:
     if step_ms is not None:
-        if step_ms < 0:
-            raise UsageError(f"--step-ms must be 0 or more, not {step_ms}")
+        if not (math.isfinite(step_ms) and step_ms >= 0):
+            raise UsageError(f"the step must be 0 ms or more, not {step_ms}")
         return sleep_step(step_ms)
     if workload.step is not None:
         return workload.step
@@ -65,7 +66,7 @@ def check(
 ) -> Report:
     """Measure every loader of `target_or_loader` within about `budget_s` seconds in all, name what is wrong,
     and measure the prescribed settings too (unless verify_fix is False)."""
-    if budget_s <= 0:
+    if not (math.isfinite(budget_s) and budget_s > 0):
         raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
     resolved = _as_resolved(target_or_loader)
     try:

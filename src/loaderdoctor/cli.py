@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 
 from rich.console import Console
@@ -27,8 +28,15 @@ class _Parser(argparse.ArgumentParser):
 
 def _positive(text: str) -> float:
     value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number more than 0, not {text}")
+    return value
+
+
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number of 0 or more, not {text}")
     return value
 
 
@@ -54,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     chk.add_argument(
         "--step-ms",
-        type=float,
+        type=_not_negative,
         default=None,
         metavar="MS",
         help="simulate a training step of MS milliseconds after each batch (overrides the target's)",

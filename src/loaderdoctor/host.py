@@ -17,6 +17,8 @@ from loaderdoctor.recording import HostFacts, IteratorFacts, StrayProcess
 
 # Threads loaderdoctor starts are named with this prefix, so they are never counted as the user's.
 OWN_THREAD_PREFIX = "loaderdoctor-"
+# multiprocessing's queue feeders serve earlier iterators' queues; workers never touch their locks.
+_HARMLESS_THREADS = ("QueueFeederThread",)
 _WORKER_MARKERS = ("multiprocessing.spawn", "multiprocessing.forkserver", "spawn_main")
 _STRAY_CPU_SAMPLE_S = 0.2
 
@@ -40,7 +42,7 @@ def usable_cores() -> tuple[float, int, float | None]:
     """(usable cores, cores in this process's affinity mask, cgroup quota in cores or None)."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     quota = cgroup_cpu_quota()
-    return (min(affinity, quota) if quota else float(affinity)), affinity, quota
+    return float(min(affinity, quota) if quota else affinity), affinity, quota
 
 
 def other_threads() -> list[str]:
@@ -48,7 +50,9 @@ def other_threads() -> list[str]:
     return [
         t.name
         for t in threading.enumerate()
-        if t is not threading.main_thread() and not t.name.startswith(OWN_THREAD_PREFIX)
+        if t is not threading.main_thread()
+        and not t.name.startswith(OWN_THREAD_PREFIX)
+        and t.name not in _HARMLESS_THREADS
     ]
 
 
@@ -108,6 +112,14 @@ def stray_workers() -> list[StrayProcess]:
     return strays
 
 
+def _local_ranks() -> int:
+    """Processes of this job on this machine, as torchrun tells them (1 outside torchrun)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def host_facts() -> HostFacts:
     """The host as a loader started now would see it."""
     cores, affinity, quota = usable_cores()
@@ -131,7 +143,7 @@ def host_facts() -> HostFacts:
         open_fds=open_fds,
         fd_soft_limit=None if soft_limit == resource.RLIM_INFINITY else soft_limit,
         sharing_strategy=torch.multiprocessing.get_sharing_strategy(),
-        local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        local_ranks=_local_ranks(),
         accelerator=_accelerator(),
         stray_workers=stray_workers(),
     )

@@ -9,28 +9,36 @@ from torch.utils.data import Dataset
 
 # The index travels inside the message: a worker's exception reaches the main process re-created from its
 # type and text only (torch's ExceptionWrapper), so attributes would be lost on the way.
-_MESSAGE = re.compile(r"dataset\[(?P<index>-?\d+)\] raised (?P<type>[\w.]+): (?P<message>.*)", re.S)
+_FAILURE = re.compile(r"dataset\[(?P<index>-?\d+)\] raised (?P<type>[\w.]+): (?P<message>[^\n]*)")
+_SEPARATOR = "\n"
 
 
 class SampleFailure(Exception):
-    """A sample could not be loaded; the message names its index and the original error."""
+    """Samples could not be loaded; the message names each one's index and original error, a line each."""
 
 
-def sample_failure(index: Any, error: BaseException) -> SampleFailure:
-    return SampleFailure(f"dataset[{index}] raised {type(error).__name__}: {error}")
+def sample_failure(failures: list[tuple[Any, BaseException]]) -> SampleFailure:
+    return SampleFailure(
+        _SEPARATOR.join(
+            f"dataset[{index}] raised {type(error).__name__}: {_first_line(error)}" for index, error in failures
+        )
+    )
 
 
-def parse_sample_failure(error: BaseException) -> tuple[int | None, str, str]:
-    """(index or None, original error type, original message) of an error raised while loading a batch."""
-    match = _MESSAGE.search(str(error))
-    if match is None:
-        return None, type(error).__name__, str(error).strip().splitlines()[-1] if str(error).strip() else ""
-    first_line = match["message"].strip().splitlines()[0] if match["message"].strip() else ""
-    return int(match["index"]), match["type"], first_line
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def parse_sample_failures(error: BaseException) -> list[tuple[int | None, str, str]]:
+    """(index or None, original error type, first line of its message) for each sample that failed in an error
+    raised while loading a batch; one entry with no index when the error does not name samples."""
+    found = [(int(m["index"]), m["type"], m["message"].strip()) for m in _FAILURE.finditer(str(error))]
+    return found or [(None, type(error).__name__, _first_line(error))]
 
 
 class IndexedDataset(Dataset):
-    """Passes every item through; an item that raises becomes a SampleFailure naming its index."""
+    """Passes every item through; a batch in which items raise becomes one SampleFailure naming them all."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -42,26 +50,28 @@ class IndexedDataset(Dataset):
         try:
             return self.inner[index]
         except Exception as error:
-            raise sample_failure(index, error) from error
+            raise sample_failure([(index, error)]) from error
+
+    def __getitems__(self, indices: list[Any]) -> list[Any]:
+        # torch loads a batch through __getitems__ when a dataset has it: every sample is tried, so that all
+        # the bad ones of a batch are named, not only the first.
+        if hasattr(self.inner, "__getitems__"):
+            try:
+                return self.inner.__getitems__(indices)
+            except Exception:
+                pass  # load them one by one below, to find the samples at fault
+        samples, failures = [], []
+        for index in indices:
+            try:
+                samples.append(self.inner[index])
+            except Exception as error:
+                failures.append((index, error))
+        if failures:
+            raise sample_failure(failures) from failures[0][1]
+        return samples
 
     def __getattr__(self, name: str) -> Any:
         # Code in workers may reach the dataset through get_worker_info().dataset: keep its attributes.
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
-
-
-class IndexedBatchDataset(IndexedDataset):
-    """An IndexedDataset for datasets that load a whole batch at once with __getitems__."""
-
-    def __getitems__(self, indices: list[Any]) -> Any:
-        try:
-            return self.inner.__getitems__(indices)
-        except Exception:
-            # Find the sample at fault so the report can name it; the others loaded fine.
-            return [self[i] for i in indices]
-
-
-def indexed(dataset: Any) -> IndexedDataset:
-    """The wrapper that fits `dataset`."""
-    return IndexedBatchDataset(dataset) if hasattr(dataset, "__getitems__") else IndexedDataset(dataset)

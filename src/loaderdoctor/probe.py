@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import pickle
 import shutil
@@ -12,7 +13,8 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +22,7 @@ import torch
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.host import host_facts
-from loaderdoctor.indexed import indexed, parse_sample_failure
+from loaderdoctor.indexed import IndexedDataset, parse_sample_failures
 from loaderdoctor.recording import (
     BatchRecord,
     EpochRecord,
@@ -70,9 +72,10 @@ class _CountingSink:
     def __init__(self) -> None:
         self.size = 0
 
-    def write(self, data: bytes) -> int:
-        self.size += len(data)
-        return len(data)
+    def write(self, data: Any) -> int:
+        size = memoryview(data).nbytes  # protocol 5 hands over large buffers (numpy arrays) as PickleBuffers
+        self.size += size
+        return size
 
 
 class _SizePickler(pickle.Pickler):
@@ -104,21 +107,35 @@ def pickled_bytes(spec: LoaderSpec, start_method: str) -> int:
     return total
 
 
-@contextlib.contextmanager
-def _main_thread_interruptible() -> Iterator[bool]:
-    """Lets a watchdog end a next() stuck in this (main) thread; yields whether that is possible here."""
-    if threading.current_thread() is not threading.main_thread():
-        yield False
-        return
+class _MainThreadInterrupter:
+    """Lets the watchdog end a next() stuck in the main thread (loading without workers), and nothing else:
+    the signal raises only while `armed`, which the loop sets around next() alone."""
 
-    def interrupt(signum: int, frame: Any) -> None:
-        raise _Interrupted()
+    def __init__(self) -> None:
+        self.available = threading.current_thread() is threading.main_thread()
+        self.armed = False
+        self._previous: Any = None
 
-    previous = signal.signal(_INTERRUPT_SIGNAL, interrupt)
-    try:
-        yield True
-    finally:
-        signal.signal(_INTERRUPT_SIGNAL, previous)
+    def __enter__(self) -> _MainThreadInterrupter:
+        if self.available:
+            self._previous = signal.signal(_INTERRUPT_SIGNAL, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.armed = False
+        if self.available:
+            signal.signal(_INTERRUPT_SIGNAL, self._previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.armed:
+            raise _Interrupted()
+
+    def interrupt(self) -> bool:
+        """End the main thread's next(), if it is in one; whether a signal was sent."""
+        if not (self.available and self.armed):
+            return False
+        signal.pthread_kill(threading.main_thread().ident or 0, _INTERRUPT_SIGNAL)
+        return True
 
 
 class _Run:
@@ -145,7 +162,7 @@ class _Run:
         self.progress = progress
         self.clock = clock
         self.consumer = threading.current_thread()
-        self.can_interrupt = False
+        self.interrupter = _MainThreadInterrupter()
         self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-stacks-")
         start_method = settings.effective_start_method
         self.rec = Recording(
@@ -164,7 +181,7 @@ class _Run:
             self.rec.pickled_dataset_bytes = pickled_bytes(spec, start_method)
         loader = spec.build(
             settings,
-            dataset=None if spec.is_iterable else indexed(spec.dataset),
+            dataset=None if spec.is_iterable else IndexedDataset(spec.dataset),
             worker_hook=StackDumpHook(self.dump_dir) if settings.num_workers else None,
         )
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
@@ -180,7 +197,8 @@ class _Run:
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, IteratorCreated):
-            self.rec.iterators.append(event.facts)
+            if event.facts is not None:
+                self.rec.iterators.append(event.facts)
             self.epoch_pids = event.worker_pids
         elif isinstance(event, BatchDelivered):
             if event.first_batch_s is not None:
@@ -221,9 +239,7 @@ class _Run:
             for pid in notice.pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-        elif self.can_interrupt and self.consumer.ident is not None:
-            signal.pthread_kill(self.consumer.ident, _INTERRUPT_SIGNAL)
-        else:
+        elif not self.interrupter.interrupt() and not self.interrupter.available:
             log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
 
     def run(self) -> Recording:
@@ -236,7 +252,9 @@ class _Run:
             deadline=started + self.budget_s * 1.5 + 5.0,
         )
         iterator: TapIterator | None = None
-        with _main_thread_interruptible() as self.can_interrupt:
+        with self.interrupter, warnings.catch_warnings():
+            # torch's advice on worker counts ignores whether loading computes or waits; we measure it.
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
             self.sampler.start()
             watchdog.start()
             try:
@@ -267,7 +285,11 @@ class _Run:
         epoch_started = self.clock()
         while True:
             try:
-                batch = next(iterator)
+                self.interrupter.armed = True
+                try:
+                    batch = next(iterator)
+                finally:
+                    self.interrupter.armed = False
             except StopIteration:
                 break
             except _Interrupted:
@@ -315,8 +337,8 @@ class _Run:
         )
 
     def record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
-        index, error_type, message = parse_sample_failure(error)
-        self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
+        for index, error_type, message in parse_sample_failures(error):
+            self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
 
 
 def _sized_len(obj: Any) -> int | None:
@@ -349,7 +371,7 @@ def probe(
     `budget_s` seconds, calling the training step after each batch, and return what was measured."""
     if epochs < 1:
         raise UsageError(f"epochs must be 1 or more, not {epochs}")
-    if budget_s <= 0:
+    if not (math.isfinite(budget_s) and budget_s > 0):
         raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
     if step is None and step_ms is not None:
         step = sleep_step(step_ms)

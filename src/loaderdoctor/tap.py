@@ -18,7 +18,7 @@ from loaderdoctor.recording import IteratorFacts
 @dataclass(frozen=True)
 class IteratorCreated:
     epoch: int
-    facts: IteratorFacts  # taken just before iter(), when the workers fork or spawn
+    facts: IteratorFacts | None  # taken just before iter() starts workers; None when none start
     worker_pids: list[int]
     create_s: float  # time spent in iter() itself
 
@@ -96,13 +96,17 @@ class TapIterator:
 
     def __init__(self, tap: Tap, epoch: int) -> None:
         self._tap = tap
-        tap.current = self  # before iter(), so that a watchdog sees a hang inside it too
         self.epoch = epoch
         self.index = 0  # the number of the next batch, failed ones counted
         self.delivered = 0
-        facts = iterator_facts(epoch, tap.start_method)
+        self.pids: list[int] = []
+        loader = tap.loader
+        # Persistent workers start once; later iter() calls fork nothing, so there is no state to record.
+        starts_workers = not (loader.persistent_workers and getattr(loader, "_iterator", None) is not None)
+        facts = iterator_facts(epoch, tap.start_method) if starts_workers else None
         self.started_at = tap.clock()
         self.waiting_since: float | None = self.started_at  # iter() itself may block on worker start-up
+        tap.current = self  # complete now, and before iter(): a watchdog sees a hang inside it too
         self.inner = iter(tap.loader)
         self.waiting_since = None
         self.pids = worker_pids(self.inner)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoctor.host import OWN_THREAD_PREFIX
 from loaderdoctor.tap import Tap
+
+log = logging.getLogger("loaderdoctor")
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,11 @@ class Watchdog:
 
     def _run(self) -> None:
         while not self._stop.wait(self._tick_s):
-            notice = self.check(self._tap.clock())
+            try:
+                notice = self.check(self._tap.clock())
+            except Exception:  # a watchdog that dies silently would let a hang run forever
+                log.exception("the watchdog's check failed; it goes on")
+                continue
             if notice is not None:
                 self.fired = notice
                 self._on_stall(notice)
@@ -104,13 +111,18 @@ class Watchdog:
                 else f"no batch for {waited:.1f} s, over {policy.multiple:g}x the slowest batch so far "
                 f"({self._tap.slowest_wait_s:.2f} s) and the {policy.floor_s:g} s floor"
             )
-        elif first and waited > policy.first_batch_idle_s and current.pids and self._workers_idle:
-            if self._workers_idle(current.pids, policy.idle_window_s):
-                threshold = policy.first_batch_idle_s
-                reason = (
-                    f"no first batch {waited:.1f} s after iter(), and the workers used no CPU "
-                    f"in the last {policy.idle_window_s:g} s"
-                )
+        elif (
+            first
+            and waited > policy.first_batch_idle_s
+            and current.pids
+            and self._workers_idle is not None
+            and self._workers_idle(current.pids, policy.idle_window_s)
+        ):
+            threshold = policy.first_batch_idle_s
+            reason = (
+                f"no first batch {waited:.1f} s after iter(), and the workers used no CPU "
+                f"in the last {policy.idle_window_s:g} s"
+            )
         elif self._deadline is not None and now > self._deadline:
             threshold = waited
             reason = f"the measuring budget ran out while waiting {waited:.1f} s for this batch"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ class Workload:
     def __post_init__(self) -> None:
         if self.step_ms is not None and self.step is not None:
             raise UsageError("a Workload takes step_ms or step, not both")
-        if self.step_ms is not None and self.step_ms < 0:
+        if self.step_ms is not None and not (math.isfinite(self.step_ms) and self.step_ms >= 0):
             raise UsageError(f"step_ms must be 0 or more, not {self.step_ms}")
         for name, loader in self.loaders().items():
             if not isinstance(loader, DataLoader):

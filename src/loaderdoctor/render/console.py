@@ -168,15 +168,21 @@ class LiveProgress:
         self._task = self._progress.add_task("starting", total=None)
         self._last = 0.0
 
+        self._shown = console.is_terminal
+
     def __enter__(self) -> LiveProgress:
-        self._progress.start()
+        if self._shown:
+            self._progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        if self._shown:
+            self._progress.stop()
 
     def update(self, name: str, phase: str, p: ProbeProgress) -> None:
         now = time.monotonic()
+        if not self._shown:
+            return
         if now - self._last < _REFRESH_S:
             return
         self._last = now

@@ -1,0 +1,174 @@
+"""The probe against real worker processes: pids, samples, a stall with its stack, a killed worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from loaderdoctor.probe import probe
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.watchdog import StallPolicy
+
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(90)]
+
+# Short deadlines so a stall is declared in seconds; the hangs planted below are forever, so no margin is lost.
+QUICK = StallPolicy(floor_s=2.0, multiple=20.0, first_batch_s=20.0, first_batch_idle_s=2.0, idle_window_s=1.0)
+
+_LOCK = threading.Lock()
+
+
+class Squares(Dataset):
+    def __init__(self, n: int = 64) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((16,), float(index * index))
+
+
+class NeedsTheLock(Squares):
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with _LOCK:  # the line a stuck worker is reported at
+            return super().__getitem__(index)
+
+
+class KillsItselfAt(Squares):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.fatal = index
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == self.fatal:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(index)
+
+
+class _LockHolder:
+    """A parent thread that holds _LOCK while workers fork, as a metrics or logging client might."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        held = threading.Event()
+
+        def hold() -> None:
+            with _LOCK:
+                held.set()
+                self.stop.wait()
+
+        self.thread = threading.Thread(target=hold, name="lock-holder")
+        self.thread.start()
+        held.wait()
+
+    def release(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.fixture
+def lock_held():
+    holder = _LockHolder()
+    yield holder
+    holder.release()
+
+
+def _spec(dataset: Dataset, **loader_kwargs) -> LoaderSpec:
+    return LoaderSpec.from_loader(DataLoader(dataset, batch_size=8, **loader_kwargs))
+
+
+def test_persistent_workers_keep_their_pids_and_are_sampled():
+    rec = probe(_spec(Squares(), num_workers=2, persistent_workers=True), budget_s=20, epochs=3, step_ms=20)
+    assert rec.outcome == "completed"
+    assert [e.batches for e in rec.epochs] == [8, 8, 8]
+    pid_sets = {frozenset(e.worker_pids) for e in rec.epochs}
+    assert len(pid_sets) == 1 and len(next(iter(pid_sets))) == 2
+    sampled = {s.pid for s in rec.worker_samples}
+    assert sampled and sampled <= next(iter(pid_sets))
+    assert all(s.uss_bytes > 0 and s.threads >= 1 for s in rec.worker_samples)
+
+
+def test_workers_that_are_not_persistent_change_pids_every_epoch():
+    rec = probe(_spec(Squares(), num_workers=2), budget_s=20, epochs=3)
+    pids = [frozenset(e.worker_pids) for e in rec.epochs]
+    assert len(pids) == 3 and len(set(pids)) == 3
+    assert all(e.first_batch_s is not None and e.first_batch_s > 0 for e in rec.epochs)
+
+
+def test_a_worker_stuck_on_a_lock_copied_by_fork_is_a_stall_with_its_stack(lock_held):
+    started = time.monotonic()
+    rec = probe(
+        _spec(NeedsTheLock(), num_workers=2, multiprocessing_context="fork"),
+        budget_s=30,
+        epochs=2,
+        policy=QUICK,
+    )
+    assert time.monotonic() - started < 20
+    assert rec.outcome == "stalled" and rec.stall is not None
+    assert rec.stall.batch == 0 and rec.stall.workers_cpu_idle is True
+    assert rec.iterators[0].threads == ["lock-holder"]
+    stuck = {str(s.stuck_frame) for s in rec.stall.stacks}
+    expected_line = _line_of("with _LOCK:  # the line a stuck worker is reported at")
+    assert stuck == {f"{__file__}:{expected_line} in __getitem__"}
+    assert len(rec.stall.stacks) == 2
+
+
+def test_forkserver_workers_do_not_inherit_the_held_lock(lock_held):
+    spec = _spec(NeedsTheLock(), num_workers=2, multiprocessing_context="fork")
+    rec = probe(spec, Settings(num_workers=2, start_method="forkserver"), budget_s=30, epochs=1, policy=QUICK)
+    assert rec.outcome == "completed" and len(rec.batches) == 8
+
+
+def test_loading_stuck_in_the_main_process_is_interrupted(lock_held):
+    policy = StallPolicy(first_batch_s=2.0)
+    started = time.monotonic()
+    rec = probe(_spec(NeedsTheLock()), budget_s=30, epochs=1, policy=policy)
+    assert time.monotonic() - started < 15
+    assert rec.outcome == "stalled"
+    (stack,) = rec.stall.stacks
+    assert stack.pid == os.getpid()
+    assert stack.stuck_frame is not None and stack.stuck_frame.function == "__getitem__"
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_killed_worker_ends_the_run_as_crashed(persistent):
+    rec = probe(
+        _spec(KillsItselfAt(20), num_workers=2, persistent_workers=persistent),
+        budget_s=30,
+        epochs=2,
+        policy=QUICK,
+    )
+    assert rec.outcome == "crashed"
+    (death,) = rec.worker_deaths
+    assert "killed by signal" in death.message or "exited unexpectedly" in death.message
+
+
+def test_errors_in_workers_name_the_sample_index():
+    class_ = _RaisesAt
+    rec = probe(_spec(class_({3, 40}), num_workers=2, persistent_workers=True), budget_s=20, epochs=1)
+    assert rec.outcome == "completed"
+    assert sorted(e.index for e in rec.sample_errors) == [3, 40]
+    assert {e.error_type for e in rec.sample_errors} == {"ValueError"}
+    assert len(rec.batches) == 6  # 8 batches, 2 lost
+
+
+class _RaisesAt(Squares):
+    def __init__(self, bad: set[int]) -> None:
+        super().__init__()
+        self.bad = bad
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index in self.bad:
+            raise ValueError(f"corrupt record {index}")
+        return super().__getitem__(index)
+
+
+def _line_of(text: str) -> int:
+    with open(__file__) as source:
+        return next(number for number, line in enumerate(source, 1) if text in line and "_line_of" not in line)

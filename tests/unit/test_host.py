@@ -1,0 +1,129 @@
+"""Host facts: the cgroup CPU quota from fake files, usable cores, other threads, and the facts as a whole."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from loaderdoctor.host import cgroup_cpu_quota, host_facts, iterator_facts, other_threads, usable_cores
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_cgroup_v2_without_a_limit(tmp_path):
+    _write(tmp_path / "cpu.max", "max 100000\n")
+    assert cgroup_cpu_quota(tmp_path) is None
+
+
+def test_cgroup_v2_with_a_limit(tmp_path):
+    _write(tmp_path / "cpu.max", "150000 100000\n")
+    assert cgroup_cpu_quota(tmp_path) == 1.5
+
+
+def test_cgroup_v1_with_a_limit(tmp_path):
+    _write(tmp_path / "cpu" / "cpu.cfs_quota_us", "50000\n")
+    _write(tmp_path / "cpu" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_quota(tmp_path) == 0.5
+
+
+def test_cgroup_v1_without_a_limit(tmp_path):
+    _write(tmp_path / "cpu" / "cpu.cfs_quota_us", "-1\n")
+    _write(tmp_path / "cpu" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_quota(tmp_path) is None
+
+
+def test_cgroup_v1_is_read_when_cpu_max_is_unreadable(tmp_path):
+    _write(tmp_path / "cpu.max", "garbage\n")
+    _write(tmp_path / "cpu" / "cpu.cfs_quota_us", "400000\n")
+    _write(tmp_path / "cpu" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_quota(tmp_path) == 4.0
+
+
+def test_no_cgroup_files(tmp_path):
+    assert cgroup_cpu_quota(tmp_path) is None
+    assert cgroup_cpu_quota(tmp_path / "missing") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no affinity masks on this platform")
+def test_usable_cores_follow_affinity_and_quota():
+    cores, affinity, quota = usable_cores()
+    assert affinity == len(os.sched_getaffinity(0))
+    assert quota == cgroup_cpu_quota()
+    assert 0 < cores <= affinity
+    if quota is None:
+        assert cores == affinity
+    else:
+        assert cores == min(affinity, quota)
+
+
+def test_usable_cores_with_a_fake_quota(monkeypatch):
+    monkeypatch.setattr("loaderdoctor.host.cgroup_cpu_quota", lambda: 0.5)
+    cores, _, quota = usable_cores()
+    assert (cores, quota) == (0.5, 0.5)
+
+
+def test_other_threads_include_the_users_and_leave_out_loaderdoctors():
+    release = threading.Event()
+    users = threading.Thread(target=release.wait, args=(5.0,), name="user-prefetcher")
+    own = threading.Thread(target=release.wait, args=(5.0,), name="loaderdoctor-sampler")
+    users.start()
+    own.start()
+    try:
+        names = other_threads()
+    finally:
+        release.set()
+        users.join()
+        own.join()
+    assert "user-prefetcher" in names
+    assert "loaderdoctor-sampler" not in names
+    assert threading.main_thread().name not in names
+    assert "user-prefetcher" not in other_threads()  # ended
+
+
+def test_iterator_facts():
+    facts = iterator_facts(3, "forkserver")
+    assert facts.epoch == 3
+    assert facts.start_method == "forkserver"
+    assert facts.threads == other_threads()
+    assert facts.cuda_initialized is bool(torch.cuda.is_initialized())
+    assert facts.inductor_loaded is ("torch._inductor" in sys.modules)
+    assert iterator_facts(0, None).start_method is None
+
+
+def test_host_facts(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    facts = host_facts()
+    assert facts.cpu_count == os.cpu_count()
+    assert 0 < facts.usable_cores <= facts.affinity_cores <= facts.cpu_count
+    assert facts.local_ranks == 4
+    assert facts.sharing_strategy in torch.multiprocessing.get_all_sharing_strategies()
+    assert facts.accelerator == ("cuda" if torch.cuda.is_available() else None)
+    if os.path.isdir("/dev/shm"):
+        assert facts.shm_total_bytes > 0
+        assert 0 <= facts.shm_free_bytes <= facts.shm_total_bytes
+    if os.path.isdir("/proc/self/fd"):
+        assert facts.open_fds > 0
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert facts.fd_soft_limit == (None if soft == resource.RLIM_INFINITY else soft)
+    assert isinstance(facts.stray_workers, list)
+
+
+def test_host_facts_default_to_one_local_rank(monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert host_facts().local_ranks == 1
+
+
+def test_usable_cores_is_a_float_when_the_quota_is_above_the_affinity(monkeypatch):
+    monkeypatch.setattr("loaderdoctor.host.cgroup_cpu_quota", lambda: 4096.0)
+    cores, affinity, _ = usable_cores()
+    assert cores == affinity
+    assert isinstance(cores, float)

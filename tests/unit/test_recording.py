@@ -1,0 +1,237 @@
+"""The figures derived from a Recording, on hand-made ones with exact values, and that it is JSON-ready."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from recordings import MIB, make_recording
+
+from loaderdoctor.recording import (
+    BatchRecord,
+    Recording,
+    SampleError,
+    StackFrame,
+    Stall,
+    StrayProcess,
+    WorkerDeath,
+    WorkerSample,
+    WorkerStack,
+    batches_per_s,
+    loading_cpu_share,
+    measurements,
+    startup_s,
+    steady_batches,
+    wait_fraction,
+    worker_growth,
+)
+from loaderdoctor.settings import Settings
+
+IN_MAIN_PROCESS = Settings()
+
+
+def _batch(epoch: int, index: int, wait_s: float = 0.01, step_s: float = 0.04, wait_cpu_s: float = 0.0):
+    return BatchRecord(
+        epoch=epoch, index=index, wait_s=wait_s, wait_cpu_s=wait_cpu_s, step_s=step_s, nbytes=1024, samples=4
+    )
+
+
+def _sample(pid: int, t_s: float, cpu_s: float = 0.0, uss_mb: float = 100.0) -> WorkerSample:
+    return WorkerSample(
+        t_s=t_s, pid=pid, uss_bytes=int(uss_mb * MIB), rss_bytes=int(uss_mb * MIB) * 2, cpu_s=cpu_s, threads=1
+    )
+
+
+def _small() -> Recording:
+    """Two epochs of five batches in the main process: first batches 0.2 s and 0.1 s, then 10 ms + 40 ms step."""
+    return make_recording(
+        settings=IN_MAIN_PROCESS,
+        epochs=2,
+        batches_per_epoch=5,
+        wait_s=0.01,
+        first_batch_s=[0.2, 0.1],
+        step_s=0.04,
+        batch_bytes=MIB,
+        batch_size=8,
+        wait_cpu_share=0.5,
+    )
+
+
+# steady state
+
+
+def test_steady_batches_leave_out_each_epochs_first_delivered_batch():
+    rec = make_recording(batches=[_batch(0, 0), _batch(0, 1), _batch(0, 2), _batch(1, 0), _batch(1, 1)], epochs=2)
+    assert [(b.epoch, b.index) for b in steady_batches(rec)] == [(0, 1), (0, 2), (1, 1)]
+
+
+def test_steady_batches_when_the_first_batch_failed():
+    # Batch 0 of epoch 0 raised, so no BatchRecord: batch 1 is the first delivered and counts as start-up.
+    rec = make_recording(batches=[_batch(0, 1), _batch(0, 2), _batch(0, 3), _batch(1, 0), _batch(1, 1)], epochs=2)
+    assert [(b.epoch, b.index) for b in steady_batches(rec)] == [(0, 2), (0, 3), (1, 1)]
+
+
+def test_steady_batches_of_nothing():
+    assert steady_batches(make_recording(batches=[], epochs=1)) == []
+
+
+def test_wait_fraction_uses_steady_batches_only():
+    batches = [_batch(0, 0, wait_s=5.0, step_s=0.04)] + [_batch(0, i, wait_s=0.01, step_s=0.04) for i in range(1, 5)]
+    assert wait_fraction(make_recording(batches=batches, epochs=1)) == pytest.approx(0.2)
+
+
+def test_wait_fraction_is_none_without_a_step_or_without_time():
+    assert wait_fraction(make_recording(step_s=None)) is None
+    zero = [_batch(0, i, wait_s=0.0, step_s=0.0) for i in range(3)]
+    assert wait_fraction(make_recording(batches=zero, epochs=1)) is None
+
+
+def test_startup_s_sums_first_batches_and_counts_a_missing_one_as_zero():
+    rec = make_recording(epochs=3, first_batch_s=[0.5, 0.25, 0.125])
+    assert startup_s(rec) == pytest.approx(0.875)
+    rec.epochs[1].first_batch_s = None
+    assert startup_s(rec) == pytest.approx(0.625)
+
+
+def test_batches_per_s():
+    assert batches_per_s(make_recording(epochs=2, batches_per_epoch=20, wall_s=4.0)) == pytest.approx(10.0)
+    assert batches_per_s(make_recording(wall_s=0.0)) == 0.0
+
+
+# loading CPU share
+
+
+def test_loading_cpu_share_in_main_process_comes_from_wait_cpu():
+    batches = [_batch(0, 0, wait_s=1.0, wait_cpu_s=0.0)]  # start-up: left out
+    batches += [_batch(0, i, wait_s=0.02, wait_cpu_s=0.015) for i in range(1, 5)]
+    rec = make_recording(settings=IN_MAIN_PROCESS, batches=batches, epochs=1)
+    assert loading_cpu_share(rec) == pytest.approx(0.75)
+
+
+def test_loading_cpu_share_in_main_process_without_waiting_is_unknown():
+    batches = [_batch(0, i, wait_s=0.0) for i in range(3)]
+    assert loading_cpu_share(make_recording(settings=IN_MAIN_PROCESS, batches=batches, epochs=1)) is None
+
+
+def test_loading_cpu_share_with_workers_averages_the_workers_samples():
+    samples = [
+        _sample(1, 0.0, cpu_s=0.0),
+        _sample(1, 1.0, cpu_s=0.8),
+        _sample(1, 2.0, cpu_s=1.6),  # 0.8 CPU s per s
+        _sample(2, 0.0, cpu_s=0.0),
+        _sample(2, 2.0, cpu_s=0.4),  # 0.2
+        _sample(3, 1.0, cpu_s=9.0),  # one sample: no rate, left out
+    ]
+    rec = make_recording(settings=Settings(num_workers=3), worker_samples=samples)
+    assert loading_cpu_share(rec) == pytest.approx(0.5)
+
+
+def test_loading_cpu_share_with_workers_but_no_samples_is_unknown():
+    assert loading_cpu_share(make_recording(settings=Settings(num_workers=2), worker_samples=[])) is None
+
+
+def test_loading_cpu_share_with_workers_ignores_wait_cpu():
+    rec = make_recording(settings=Settings(num_workers=2), cpu_share=0.3, wait_cpu_share=0.9)
+    assert loading_cpu_share(rec) == pytest.approx(0.3)
+
+
+def test_worker_growth_per_pid():
+    samples = [
+        _sample(7, 0.5, uss_mb=100),
+        _sample(7, 1.5, uss_mb=120),
+        _sample(7, 2.5, uss_mb=150),
+        _sample(8, 0.5, uss_mb=300),
+    ]
+    rec = make_recording(worker_samples=samples)
+    assert worker_growth(rec) == {7: (100.0 * MIB, 150.0 * MIB, 2.0)}
+
+
+# measurements
+
+
+def test_measurements_of_a_small_recording():
+    m = measurements(_small())
+    assert m == {
+        "batches_per_s": 12.821,  # 10 batches in 0.78 s
+        "samples_per_s": 102.564,
+        "wait_fraction": 0.2,
+        "startup_fraction": 0.3846,
+        "first_batch_s": [0.2, 0.1],
+        "epochs": 2,
+        "batches": 10,
+        "wall_s": 0.78,
+        "step_ms": 40.0,
+        "wait_ms_p50": 10.0,
+        "wait_ms_p95": 10.0,
+        "batch_mb": 1.0,
+        "loading_cpu_share": 0.5,
+        "worker_uss_mb_max": None,
+        "start_method": None,
+        "outcome": "completed",
+        "sample_errors": 0,
+    }
+
+
+def test_measurements_wait_percentiles_and_worker_memory():
+    waits = [0.001 * i for i in range(1, 21)]  # steady waits 1..20 ms
+    batches = [_batch(0, 0, wait_s=3.0)] + [_batch(0, i + 1, wait_s=w) for i, w in enumerate(waits)]
+    samples = [_sample(1, 0.0, uss_mb=100.0), _sample(1, 1.0, uss_mb=256.0)]
+    rec = make_recording(settings=Settings(num_workers=1), batches=batches, epochs=1, worker_samples=samples)
+    m = measurements(rec)
+    assert m["wait_ms_p50"] == 10.5
+    assert m["wait_ms_p95"] == 20.0
+    assert m["worker_uss_mb_max"] == 256.0
+    assert m["start_method"] == "fork"
+
+
+def test_measurements_of_an_empty_run():
+    rec = make_recording(batches=[], epochs=1, first_batch_s=[None], wall_s=0.0, step_s=None, outcome="stalled")
+    m = measurements(rec)
+    assert m["batches_per_s"] == 0.0
+    assert m["samples_per_s"] == 0.0
+    assert m["startup_fraction"] is None
+    assert m["first_batch_s"] == [None]
+    assert m["wait_ms_p50"] is None
+    assert m["wait_ms_p95"] is None
+    assert m["batch_mb"] is None
+    assert m["step_ms"] is None
+    assert m["outcome"] == "stalled"
+
+
+def test_measurements_count_sample_errors():
+    errors = [SampleError(0, 3, 12, "ValueError", "bad"), SampleError(0, 5, None, "KeyError", "'x'")]
+    assert measurements(make_recording(sample_errors=errors))["sample_errors"] == 2
+
+
+# JSON
+
+
+def test_a_full_recording_is_json_ready():
+    frame = StackFrame("/tmp/user.py", 12, "__getitem__")
+    rec = make_recording(
+        stall=Stall(
+            epoch=1,
+            batch=4,
+            waited_s=12.5,
+            threshold_s=10.0,
+            reason="no batch",
+            stacks=[WorkerStack(pid=1234, frames=[frame], stuck_frame=frame)],
+            workers_cpu_idle=True,
+        ),
+        sample_errors=[SampleError(0, 3, 12, "ValueError", "bad")],
+        worker_deaths=[WorkerDeath(1, 5, "DataLoader worker (pid 1234) exited unexpectedly")],
+        outcome="stalled",
+        pickled_dataset_bytes=4096,
+    )
+    rec.host.stray_workers.append(StrayProcess(pid=99, cmdline="python -c ...", cpu_percent=12.0, age_s=300.0))
+    data = json.loads(json.dumps(rec.to_dict(), allow_nan=False))
+    assert data["settings"] == rec.settings.to_dict()
+    assert data["stall"]["stacks"][0]["stuck_frame"] == {"file": "/tmp/user.py", "line": 12, "function": "__getitem__"}
+    assert data["host"]["stray_workers"][0]["pid"] == 99
+    assert len(data["batches"]) == len(rec.batches) == 40
+    assert data["outcome"] == "stalled"
+    assert json.loads(json.dumps(measurements(rec), allow_nan=False))["outcome"] == "stalled"
+
+
+def test_stack_frame_text():
+    assert str(StackFrame("/tmp/user.py", 12, "load")) == "/tmp/user.py:12 in load"

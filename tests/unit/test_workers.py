@@ -1,0 +1,188 @@
+"""Worker stacks (faulthandler text, user frames, a thread's own stack) and worker samples, in this process."""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import threading
+import typing
+
+import torch
+import torch.utils.data.dataloader
+
+import loaderdoctor.settings
+from loaderdoctor.recording import StackFrame, WorkerSample
+from loaderdoctor.workers import WorkerSampler, is_user_frame, parse_faulthandler, stuck_frame, thread_stack
+
+STDLIB_THREADING = threading.__file__
+TORCH_FILE = torch.utils.data.dataloader.__file__
+OWN_FILE = loaderdoctor.settings.__file__
+SCENARIO_FILE = os.path.join(os.path.dirname(loaderdoctor.settings.__file__), "scenarios", "demo.py")
+
+# What a stuck DataLoader worker writes on SIGUSR1: its pin/status threads first, the worker loop last.
+WORKER_DUMP = f"""\
+Thread 0x00007f3b2a7fc700 (most recent call first):
+  File "{STDLIB_THREADING}", line 327 in wait
+  File "{STDLIB_THREADING}", line 629 in wait
+  File "{STDLIB_THREADING}", line 982 in run
+  File "{STDLIB_THREADING}", line 1045 in _bootstrap_inner
+  File "{STDLIB_THREADING}", line 1002 in _bootstrap
+
+Current thread 0x00007f3b3c1f3740 (most recent call first):
+  File "/tmp/user_pipeline/dataset.py", line 41 in _decode
+  File "/tmp/user_pipeline/dataset.py", line 28 in __getitem__
+  File "{OWN_FILE}", line 44 in __getitem__
+  File "{TORCH_FILE}", line 52 in <listcomp>
+  File "{TORCH_FILE}", line 308 in _worker_loop
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 108 in run
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314 in _bootstrap
+"""
+
+
+def test_parse_faulthandler_picks_the_worker_loop_thread():
+    frames = parse_faulthandler(WORKER_DUMP)
+    assert frames[0] == StackFrame("/tmp/user_pipeline/dataset.py", 41, "_decode")
+    assert [f.function for f in frames] == [
+        "_decode",
+        "__getitem__",
+        "__getitem__",
+        "<listcomp>",
+        "_worker_loop",
+        "run",
+        "_bootstrap",
+    ]
+    assert frames[4].line == 308
+
+
+def test_parse_faulthandler_falls_back_to_the_first_thread():
+    text = WORKER_DUMP.replace("_worker_loop", "main")
+    assert parse_faulthandler(text)[0] == StackFrame(STDLIB_THREADING, 327, "wait")
+
+
+def test_parse_faulthandler_of_nothing():
+    assert parse_faulthandler("") == []
+    assert parse_faulthandler('  File "/tmp/x.py", line 1 in f\n') == []  # a frame outside any thread header
+
+
+def test_parse_faulthandler_on_a_real_dump(tmp_path):
+    release = threading.Event()
+
+    def _worker_loop() -> None:
+        release.wait(10.0)
+
+    thread = threading.Thread(target=_worker_loop, name="fake-worker-loop")
+    thread.start()
+    try:
+        with open(tmp_path / "dump.txt", "w+") as dump:
+            faulthandler.dump_traceback(dump, all_threads=True)
+            dump.seek(0)
+            text = dump.read()
+    finally:
+        release.set()
+        thread.join()
+    frames = parse_faulthandler(text)
+    loop = next(f for f in frames if f.function == "_worker_loop")
+    assert loop.file == __file__
+    assert stuck_frame(frames) == loop  # threading.py's wait frames above it are not the user's
+
+
+def test_user_frames():
+    assert is_user_frame(StackFrame("/tmp/user_pipeline/dataset.py", 1, "f"))
+    assert is_user_frame(StackFrame(SCENARIO_FILE, 1, "build"))
+    assert is_user_frame(StackFrame(__file__, 1, "test"))
+
+
+def test_frames_that_are_not_the_users():
+    assert not is_user_frame(StackFrame(STDLIB_THREADING, 1, "wait"))
+    assert not is_user_frame(StackFrame(typing.__file__, 1, "f"))
+    assert not is_user_frame(StackFrame(TORCH_FILE, 1, "_worker_loop"))
+    assert not is_user_frame(StackFrame(OWN_FILE, 1, "build"))
+    assert not is_user_frame(StackFrame("<frozen importlib._bootstrap>", 1, "_load"))
+
+
+def test_stuck_frame_is_the_innermost_user_frame():
+    frames = parse_faulthandler(WORKER_DUMP)
+    assert stuck_frame(frames) == StackFrame("/tmp/user_pipeline/dataset.py", 41, "_decode")
+    only_library = [StackFrame(STDLIB_THREADING, 1, "wait"), StackFrame(TORCH_FILE, 2, "_worker_loop")]
+    assert stuck_frame(only_library) is None
+    assert stuck_frame([]) is None
+
+
+def test_thread_stack_of_the_main_thread_from_another_thread():
+    assert threading.current_thread() is threading.main_thread()
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(thread_stack(threading.main_thread())))
+    reader.start()
+    reader.join()
+    stack = seen[0]
+    assert stack.pid == os.getpid()
+    assert stack.frames[0].file == STDLIB_THREADING  # innermost first: the main thread is in join()
+    assert stack.stuck_frame.function == "test_thread_stack_of_the_main_thread_from_another_thread"
+    assert stack.stuck_frame.file == __file__
+
+
+def test_thread_stack_of_a_finished_thread_is_empty():
+    done = threading.Thread(target=lambda: None)
+    done.start()
+    done.join()
+    stack = thread_stack(done)
+    assert stack.frames == []
+    assert stack.stuck_frame is None
+
+
+# WorkerSampler
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sample_once_on_this_process():
+    clock = FakeClock()
+    sampler = WorkerSampler(lambda: [os.getpid()], clock=clock)
+    clock.now = 51.5
+    sampler.sample_once()
+    (sample,) = sampler.samples
+    assert sample.pid == os.getpid()
+    assert sample.t_s == 1.5
+    assert sample.uss_bytes > 0
+    assert sample.rss_bytes >= sample.uss_bytes
+    assert sample.cpu_s > 0
+    assert sample.threads >= 1
+
+
+def test_sample_once_skips_a_pid_that_is_gone():
+    sampler = WorkerSampler(lambda: [2**22 + 12345], clock=FakeClock())  # above the largest pid Linux allows
+    sampler.sample_once()
+    assert sampler.samples == []
+
+
+def _feed(sampler: WorkerSampler, pid: int, cpu_at: list[tuple[float, float]]) -> None:
+    for t_s, cpu_s in cpu_at:
+        sampler.samples.append(WorkerSample(t_s=t_s, pid=pid, uss_bytes=1, rss_bytes=1, cpu_s=cpu_s, threads=1))
+
+
+def test_cpu_idle_on_hand_fed_samples():
+    sampler = WorkerSampler(lambda: [], clock=FakeClock())
+    assert sampler.cpu_idle([1], 2.0) is None  # no samples at all
+    _feed(sampler, 1, [(0.0, 0.0), (1.0, 0.5), (2.0, 1.0), (3.0, 1.02), (4.0, 1.04)])  # busy, then idle
+    _feed(sampler, 2, [(0.0, 0.0), (1.0, 0.3), (2.0, 0.6), (3.0, 0.9), (4.0, 1.2)])  # busy throughout
+    assert sampler.cpu_idle([1], 2.0) is True  # 0.04 CPU s in the last 2 s
+    assert sampler.cpu_idle([1], 3.0) is False  # 0.54 CPU s in the last 3 s
+    assert sampler.cpu_idle([2], 2.0) is False
+    assert sampler.cpu_idle([1, 2], 2.0) is False
+    assert sampler.cpu_idle([1], 2.0, min_cpu_s=0.01) is False
+
+
+def test_cpu_idle_is_unknown_when_not_watched_long_enough():
+    sampler = WorkerSampler(lambda: [], clock=FakeClock())
+    _feed(sampler, 1, [(0.0, 0.0), (1.0, 0.0), (2.0, 0.0), (3.0, 0.0), (4.0, 0.0)])
+    _feed(sampler, 3, [(3.5, 0.0), (4.0, 0.0)])  # first seen 0.5 s ago
+    assert sampler.cpu_idle([1], 2.0) is True
+    assert sampler.cpu_idle([3], 2.0) is None
+    assert sampler.cpu_idle([1, 3], 2.0) is None
+    assert sampler.cpu_idle([4], 2.0) is None  # never sampled
