@@ -29,6 +29,9 @@ MAX_IO_WORKERS = 16
 
 # A later epoch's first batch this many times slower than a steady batch means workers were started again.
 RESPAWN_FIRST_BATCH_RATIO = 3.0
+# A restart this quick (fork starts workers in tens of milliseconds) is not worth a user's attention, whatever
+# its share of a short measurement: without a training step, the measured epochs are loading alone.
+MIN_RESPAWN_S = 0.1
 
 # Slow start: a first batch this slow, caused by this much pickled dataset sent to the workers in all.
 SLOW_FIRST_BATCH_S = 1.0
@@ -145,6 +148,8 @@ def worker_respawn(rec: Recording) -> Finding | None:
     if severity is None:
         return None
     per_epoch_s = cost_s / len(respawns)
+    if per_epoch_s < MIN_RESPAWN_S:
+        return None
     change = {"persistent_workers": True}
     return Finding(
         rule="worker-respawn",
