@@ -69,7 +69,7 @@ def verify(
         helped = True
         note = f"delivered {len(after.batches)} batches where the original settings {before.outcome}"
     elif speedup is not None and speedup >= MIN_SPEEDUP:
-        helped, note = True, "measured the same way as the original settings"
+        helped, note = True, f"{speedup:.2f}x faster, measured with the same budget and training step"
     elif safety_only and speedup is not None and speedup >= MAX_SAFETY_SLOWDOWN:
         helped, note = True, f"as fast ({speedup:.2f}x) without the hazard"
     else:

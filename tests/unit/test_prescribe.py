@@ -133,7 +133,7 @@ def test_helped_at_ten_percent_faster(monkeypatch):
     assert (v.before, v.after) == (10.0, 11.0)
     assert v.speedup == pytest.approx(1.10)
     assert v.helped is True
-    assert v.note == "measured the same way as the original settings"
+    assert v.note == "1.10x faster, measured with the same budget and training step"
     assert v.after_recording is after
     assert (v.before_outcome, v.after_outcome) == ("completed", "completed")
 

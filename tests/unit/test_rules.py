@@ -87,6 +87,15 @@ def test_input_bound_with_cpu_bound_workers_on_every_core_changes_no_setting():
     assert "more workers cannot help" in finding.fix
 
 
+def test_input_bound_does_not_read_idle_workers_as_waiting_on_io():
+    # Workers that mostly keep up (a warning-level wait) idle between batches: their low CPU share says
+    # nothing about I/O, so no more workers than cores are prescribed.
+    rec = make_recording(settings=TWO_PERSISTENT, cpu_share=0.2, wait_s=0.005)
+    finding = input_bound(rec)
+    assert finding.severity == "warning"
+    assert finding.settings_change == {}
+
+
 def test_input_bound_needs_a_training_step():
     assert input_bound(make_recording(settings=IN_MAIN_PROCESS, wait_s=0.05, step_s=None)) is None
 

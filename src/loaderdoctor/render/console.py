@@ -121,17 +121,13 @@ def _changed(before: Settings, after: Settings) -> str:
 
 def _verification(before_settings: Settings, v: Verification) -> Group:
     change = _changed(before_settings, v.settings)
-    speedup = v.speedup
     if v.helped:
         title = Text.assemble(("\n✔ verified fix  ", "bold green"), change)
         figures = f"{v.before:.1f} → {v.after:.1f} batches/s"
-        figures += f" ({speedup:.2f}x)" if speedup is not None else ""
         lines: list[Any] = [
             title,
             Padding(Text(f"{figures}: {v.note}", style="green"), (0, 0, 0, 4)),
-            Padding(
-                Syntax(v.settings.snippet(), "python", theme="ansi_dark", background_color="default"), (0, 0, 0, 4)
-            ),
+            Padding(_code(v.settings.snippet()), (0, 0, 0, 4)),
         ]
         return Group(*lines)
     title = Text.assemble(("\n✘ not a fix  ", "bold yellow"), change)

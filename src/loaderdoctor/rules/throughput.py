@@ -67,7 +67,10 @@ def input_bound(rec: Recording) -> Finding | None:
     cores = rec.host.usable_cores
     cpu_share = loading_cpu_share(rec)
     change: dict[str, Any] = {}
-    if is_io_bound(cpu_share):
+    # Workers that keep up idle between batches, which reads as a low CPU share: only saturated workers
+    # (or the main process, measured while it loads) show whether loading computes or waits on I/O.
+    saturated = workers == 0 or fraction > CRITICAL_TIME_SHARE
+    if saturated and is_io_bound(cpu_share):
         suggested = min(MAX_IO_WORKERS, max(2 * workers, 2 * int(cores), 4))
         if suggested > workers:
             change = {"num_workers": suggested, "persistent_workers": True}

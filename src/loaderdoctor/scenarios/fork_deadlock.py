@@ -126,4 +126,4 @@ def build() -> Workload:
     flusher = _start_flusher()  # started before the loader's workers, as a metrics client starts at import
     dataset = CountedImages(count=320, size=112, crop=96)
     loader = DataLoader(dataset, batch_size=32, num_workers=2)
-    return Workload(train=loader, step_ms=10, on_close=functools.partial(_stop_flusher, flusher))
+    return Workload(train=loader, step_ms=50, on_close=functools.partial(_stop_flusher, flusher))
