@@ -56,6 +56,14 @@ def other_threads() -> list[str]:
     ]
 
 
+def native_threads() -> int:
+    """OS threads of this process that Python's threading module did not start."""
+    try:
+        return max(0, psutil.Process().num_threads() - threading.active_count())
+    except psutil.Error:
+        return 0
+
+
 def iterator_facts(epoch: int, start_method: str | None) -> IteratorFacts:
     """What holds in the main process now, just before an iterator forks or spawns its workers."""
     return IteratorFacts(
@@ -64,6 +72,7 @@ def iterator_facts(epoch: int, start_method: str | None) -> IteratorFacts:
         threads=other_threads(),
         cuda_initialized=bool(torch.cuda.is_initialized()),
         inductor_loaded="torch._inductor" in sys.modules,
+        native_threads=native_threads(),
     )
 
 

@@ -47,6 +47,9 @@ class IteratorFacts:
     threads: list[str]  # names of the other threads alive in the main process, loaderdoctor's own excluded
     cuda_initialized: bool
     inductor_loaded: bool
+    # OS threads Python did not start (OpenMP, BLAS, CUDA pools...): usually harmless to fork, since torch gives
+    # each worker one thread, but a worker that enlarges its pool again can hang on the copied pool's state.
+    native_threads: int = 0
 
 
 @dataclass

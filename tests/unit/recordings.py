@@ -41,6 +41,7 @@ def make_iterators(
     threads: list[str] | None = None,
     cuda_initialized: bool = False,
     inductor_loaded: bool = False,
+    native_threads: int = 0,
 ) -> list[IteratorFacts]:
     """One iterator per epoch, each created with the same state of the main process."""
     return [
@@ -48,6 +49,7 @@ def make_iterators(
             epoch=e,
             start_method=start_method,
             threads=list(threads or []),
+            native_threads=native_threads,
             cuda_initialized=cuda_initialized,
             inductor_loaded=inductor_loaded,
         )

@@ -146,7 +146,9 @@ def _report(helped: bool = True) -> Report:
         before_outcome="completed",
         after_outcome="completed",
         helped=helped,
-        note=("2.48x faster, measured with the same budget and training step" if helped else "no gain (0.96x)"),
+        note=(
+            "2.48x faster, measured with the same budget and training step" if helped else "no measurable gain (0.96x)"
+        ),
     )
     return Report("demo", {"train": LoaderReport("train", rec, findings, verification)})
 

@@ -252,6 +252,7 @@ def test_fork_unsafe_warns_on_threads_alive_at_fork():
         "threads": ["metrics-uploader", "pin_memory"],
         "cuda_initialized": False,
         "inductor_loaded": False,
+        "native_threads": 0,
         "start_method": "fork",
         "stalled": False,
         "worker_deaths": 0,
@@ -282,6 +283,17 @@ def test_fork_unsafe_is_critical_once_the_loader_hung_or_crashed(failure):
     finding = fork_unsafe(rec)
     assert finding.severity == "critical"
     assert finding.impact == 1.0
+
+
+def test_native_thread_pools_explain_a_hang_only_when_workers_start_pools_again():
+    pools = {"iterators": make_iterators(2, native_threads=3)}
+    assert fork_unsafe(make_recording(settings=FORKED, **pools)) is None
+    # A worker stuck with a plain thread count: the hang is not the copied pools' doing.
+    assert fork_unsafe(make_recording(settings=FORKED, stall=_stall(), threads_per_worker=2, **pools)) is None
+    finding = fork_unsafe(make_recording(settings=FORKED, stall=_stall(), threads_per_worker=18, **pools))
+    assert finding.severity == "critical"
+    assert finding.evidence["native_threads"] == 3
+    assert "3 native threads ran" in finding.title
 
 
 def test_fork_unsafe_quiet_without_hazards_or_without_fork():

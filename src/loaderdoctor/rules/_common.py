@@ -23,6 +23,9 @@ WARNING_TIME_SHARE = 0.05
 # more of them than cores keeps more reads in flight instead of competing for the cores.
 IO_BOUND_CPU_SHARE = 0.5
 
+# A plain DataLoader worker runs 1-3 threads; a thread pool per core (OpenCV, BLAS, OpenMP) shows as more.
+POOLED_THREADS_PER_WORKER = 4
+
 # What PyTorch uses when prefetch_factor is left unset and there are workers.
 DEFAULT_PREFETCH_FACTOR = 2
 
@@ -76,6 +79,12 @@ def samples_by_worker(rec: Recording) -> dict[int, list[WorkerSample]]:
     return by_pid
 
 
+def threads_per_worker(rec: Recording) -> int | None:
+    """Threads of the typical worker: each worker's most, then the median over workers."""
+    most = [max(s.threads for s in samples) for samples in samples_by_worker(rec).values()]
+    return statistics.median_low(most) if most else None
+
+
 def mean_batch_bytes(rec: Recording) -> float | None:
     return statistics.mean(b.nbytes for b in rec.batches) if rec.batches else None
 
@@ -92,9 +101,17 @@ class ForkHazards:
     threads: list[str]
     cuda_initialized: bool
     inductor_loaded: bool
+    native_threads: int = 0
 
     def __bool__(self) -> bool:
+        """Whether there is a hazard worth a warning before anything failed (native thread pools are not:
+        almost every torch process has them, and they hang a worker only in combination)."""
         return bool(self.threads) or self.cuda_initialized or self.inductor_loaded
+
+    def explain(self, failed: bool, pools_in_workers: bool) -> bool:
+        """Whether these hazards explain a failure. Native thread pools copied by fork do when the workers
+        start thread pools again (the OpenMP/BLAS fork hang); on their own they are in every torch process."""
+        return bool(self) or (failed and pools_in_workers and self.native_threads > 0)
 
     def describe(self) -> str:
         """The hazards in words, e.g. '2 other threads ran (pin_memory, t1) and CUDA was initialised'."""
@@ -107,7 +124,16 @@ class ForkHazards:
             parts.append("CUDA was initialised")
         if self.inductor_loaded:
             parts.append("torch.compile (inductor) was loaded")
+        if self.native_threads:
+            noun = "thread" if self.native_threads == 1 else "threads"
+            parts.append(f"{self.native_threads} native {noun} ran (OpenMP/BLAS pools and the like)")
         return " and ".join(parts)
+
+
+def workers_run_pools(rec: Recording) -> bool:
+    """Whether the workers run thread pools of their own (more threads than a plain worker has)."""
+    threads = threads_per_worker(rec)
+    return threads is not None and threads >= POOLED_THREADS_PER_WORKER
 
 
 def fork_hazards(rec: Recording) -> ForkHazards:
@@ -117,4 +143,5 @@ def fork_hazards(rec: Recording) -> ForkHazards:
         threads=threads,
         cuda_initialized=any(it.cuda_initialized for it in rec.iterators),
         inductor_loaded=any(it.inductor_loaded for it in rec.iterators),
+        native_threads=max((it.native_threads for it in rec.iterators), default=0),
     )

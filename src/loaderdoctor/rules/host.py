@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from loaderdoctor.recording import Recording, loading_cpu_share, wait_fraction
@@ -11,18 +10,17 @@ from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     CRITICAL_TIME_SHARE,
     DEFAULT_PREFETCH_FACTOR,
+    POOLED_THREADS_PER_WORKER,
     batches_in_flight,
     is_io_bound,
     mb,
     mean_batch_bytes,
     percent,
     rounded,
-    samples_by_worker,
     settings_snippet,
+    threads_per_worker,
 )
 
-# A plain DataLoader worker runs 1-3 threads; a thread pool per core (OpenCV, BLAS, OpenMP) shows as more.
-POOLED_THREADS_PER_WORKER = 4
 MAX_THREADS_PER_CORE = 4
 MAX_WORKERS_PER_CORE = 2
 # Without a training step there is no wait to show the cost; workers each busy this many cores show it.
@@ -47,12 +45,6 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 # torch.multiprocessing.set_sharing_strategy("file_system")"""
 
 
-def _threads_per_worker(rec: Recording) -> int | None:
-    """Threads of the typical worker: each worker's most, then the median over workers."""
-    most = [max(s.threads for s in samples) for samples in samples_by_worker(rec).values()]
-    return statistics.median_low(most) if most else None
-
-
 def _core_limits(rec: Recording) -> str:
     """Why this process has fewer cores than the machine, in words; empty when it has them all."""
     host = rec.host
@@ -70,7 +62,7 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
     if workers == 0:
         return None
     cores = rec.host.usable_cores
-    threads = _threads_per_worker(rec)
+    threads = threads_per_worker(rec)
     cpu_share = loading_cpu_share(rec)
     too_many_threads = (
         threads is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loaderdoctor.recording import Recording, WorkerStack
 from loaderdoctor.report import Finding
-from loaderdoctor.rules._common import fork_hazards, settings_snippet
+from loaderdoctor.rules._common import fork_hazards, settings_snippet, workers_run_pools
 
 SAFE_START_CHANGE = {"start_method": "forkserver", "persistent_workers": True}
 
@@ -14,10 +14,10 @@ def fork_unsafe(rec: Recording) -> Finding | None:
     if rec.settings.num_workers == 0 or rec.start_method != "fork":
         return None
     hazards = fork_hazards(rec)
-    if not hazards:
-        return None
     # The risk is shown by the evidence alone; a stall or a dead worker shows it happened.
     happened = rec.stall is not None or bool(rec.worker_deaths)
+    if not hazards.explain(happened, workers_run_pools(rec)):
+        return None
     title = f"Workers are forked while {hazards.describe()}"
     title += ", and the loader failed" if happened else ": a forked worker can hang on a copied lock"
     return Finding(
@@ -28,6 +28,7 @@ def fork_unsafe(rec: Recording) -> Finding | None:
             "threads": hazards.threads,
             "cuda_initialized": hazards.cuda_initialized,
             "inductor_loaded": hazards.inductor_loaded,
+            "native_threads": hazards.native_threads,
             "start_method": rec.start_method,
             "stalled": rec.stall is not None,
             "worker_deaths": len(rec.worker_deaths),
@@ -56,7 +57,7 @@ def stall(rec: Recording) -> Finding | None:
     stalled = rec.stall
     stuck_frames = [f for f in (_stuck_frame(s) for s in stalled.stacks) if f is not None]
     hazards = fork_hazards(rec)
-    if hazards and rec.start_method == "fork":
+    if hazards.explain(True, workers_run_pools(rec)) and rec.start_method == "fork":
         fix = (
             f"Workers were forked while {hazards.describe()}, the known cause of this hang (see fork-unsafe): "
             "start them with forkserver or spawn."
