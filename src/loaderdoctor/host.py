@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -80,28 +81,46 @@ def _accelerator() -> str | None:
     return "cuda" if torch.cuda.is_available() else None
 
 
-def _is_worker_like(proc: psutil.Process) -> bool:
-    cmdline = " ".join(proc.cmdline())
-    if any(marker in cmdline for marker in _WORKER_MARKERS):
-        return True
-    # A forked worker has its parent's command line; what marks it is torch loaded in an orphan.
-    if "python" not in (proc.name() + cmdline).lower():
-        return False
+def _has_torch(proc: psutil.Process) -> bool:
     return any("libtorch" in m.path for m in proc.memory_maps(grouped=True))
+
+
+def _orphaned_workers(orphans: list[psutil.Process]) -> list[psutil.Process]:
+    """The orphans that are DataLoader workers beyond reasonable doubt: spawn/forkserver children, or forked
+    siblings (two or more with one command line and process group, whose leader is gone) that load torch.
+    A lone orphan running torch may be someone's training job started with nohup: never reported."""
+    strays = []
+    siblings: dict[tuple[str, int], list[psutil.Process]] = {}
+    for proc in orphans:
+        try:
+            cmdline = " ".join(proc.cmdline())
+            if any(marker in cmdline for marker in _WORKER_MARKERS):
+                strays.append(proc)
+            else:
+                siblings.setdefault((cmdline, os.getpgid(proc.pid)), []).append(proc)
+        except (psutil.Error, OSError):
+            continue  # it ended meanwhile
+    for (_, pgid), group in siblings.items():
+        try:
+            if len(group) >= 2 and not psutil.pid_exists(pgid) and _has_torch(group[0]):
+                strays.extend(group)
+        except (psutil.Error, OSError):
+            continue
+    return strays
 
 
 def stray_workers() -> list[StrayProcess]:
     """Orphaned processes that look like DataLoader workers of earlier runs, with their CPU use."""
     own = os.getpid()
+    orphans = []
+    for proc in psutil.process_iter(["pid", "ppid", "name"]):
+        if proc.info["ppid"] == 1 and proc.pid != own and "python" in (proc.info["name"] or "").lower():
+            orphans.append(proc)
     candidates = []
-    for proc in psutil.process_iter(["pid", "ppid"]):
-        try:
-            if proc.info["ppid"] != 1 or proc.pid == own or not _is_worker_like(proc):
-                continue
-            proc.cpu_percent(None)
+    for proc in _orphaned_workers(orphans):
+        with contextlib.suppress(psutil.Error):
+            proc.cpu_percent(None)  # the first call starts the measurement
             candidates.append(proc)
-        except (psutil.Error, OSError):
-            continue
     if not candidates:
         return []
     time.sleep(_STRAY_CPU_SAMPLE_S)

@@ -34,7 +34,7 @@ from loaderdoctor.recording import (
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
-from loaderdoctor.workers import StackDumpHook, WorkerSampler, dump_worker_stacks, thread_stack
+from loaderdoctor.workers import StackDumpHook, WorkerSampler, dump_worker_stacks, thread_idle, thread_stack
 
 log = logging.getLogger("loaderdoctor")
 
@@ -221,7 +221,7 @@ class _Run:
             stacks = dump_worker_stacks(notice.pids, self.dump_dir)
             idle = self.sampler.cpu_idle(notice.pids, self.policy.idle_window_s)
         else:
-            stacks, idle = [thread_stack(self.consumer)], None
+            stacks, idle = [thread_stack(self.consumer)], thread_idle(self.consumer)
         with self.stall_lock:
             self.rec.stall = Stall(
                 epoch=notice.epoch,
@@ -231,6 +231,7 @@ class _Run:
                 reason=notice.reason,
                 stacks=stacks,
                 workers_cpu_idle=idle,
+                over_budget=notice.over_budget,
             )
         log.warning("stall at epoch %d batch %d: %s", notice.epoch, notice.batch, notice.reason)
         if notice.pids:

@@ -118,6 +118,12 @@ class Stall:
     reason: str
     stacks: list[WorkerStack] = field(default_factory=list)
     workers_cpu_idle: bool | None = None
+    over_budget: bool = False  # declared because the measuring budget ran out, not by the stall policy
+
+    @property
+    def hung(self) -> bool:
+        """Whether this was a hang, not a slow batch that outlasted the budget while workers still computed."""
+        return not self.over_budget or self.workers_cpu_idle is True
 
 
 @dataclass

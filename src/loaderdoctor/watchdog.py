@@ -42,6 +42,7 @@ class StallNotice:
     threshold_s: float
     reason: str
     pids: list[int]
+    over_budget: bool = False
 
 
 class Watchdog:
@@ -128,4 +129,5 @@ class Watchdog:
             reason = f"the measuring budget ran out while waiting {waited:.1f} s for this batch"
         if reason is None:
             return None
-        return StallNotice(current.epoch, current.index, waited, threshold, reason, list(current.pids))
+        over_budget = reason.startswith("the measuring budget")
+        return StallNotice(current.epoch, current.index, waited, threshold, reason, list(current.pids), over_budget)

@@ -173,6 +173,23 @@ def dump_worker_stacks(pids: list[int], dump_dir: str, wait_s: float = _DUMP_WAI
     return stacks
 
 
+def thread_cpu_s(thread: threading.Thread) -> float | None:
+    """CPU seconds a thread of this process has used, from /proc; None where that cannot be read."""
+    try:
+        fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def thread_idle(thread: threading.Thread, window_s: float = 0.5, min_cpu_s: float = 0.02) -> bool | None:
+    """Whether a thread uses no CPU over the next window_s (None when unknown): a stuck one does not."""
+    before = thread_cpu_s(thread)
+    time.sleep(window_s)
+    after = thread_cpu_s(thread)
+    return None if before is None or after is None else after - before < min_cpu_s
+
+
 def thread_stack(thread: threading.Thread) -> WorkerStack:
     """The current stack of a thread of this process (the main one, when loading runs there)."""
     frame = sys._current_frames().get(thread.ident or -1)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from loaderdoctor import host
 from loaderdoctor.host import cgroup_cpu_quota, host_facts, iterator_facts, other_threads, usable_cores
 
 
@@ -127,3 +128,27 @@ def test_usable_cores_is_a_float_when_the_quota_is_above_the_affinity(monkeypatc
     cores, affinity, _ = usable_cores()
     assert cores == affinity
     assert isinstance(cores, float)
+
+
+class _FakeOrphan:
+    def __init__(self, pid: int, cmdline: list[str]) -> None:
+        self.pid = pid
+        self._cmdline = cmdline
+
+    def cmdline(self) -> list[str]:
+        return self._cmdline
+
+
+def test_orphans_count_as_stray_workers_only_beyond_doubt(monkeypatch):
+    groups = {10: 500, 11: 500, 12: 600, 13: 700}  # pid -> process group
+    monkeypatch.setattr(host.os, "getpgid", lambda pid: groups[pid])
+    monkeypatch.setattr(host.psutil, "pid_exists", lambda pid: False)
+    monkeypatch.setattr(host, "_has_torch", lambda proc: True)
+    spawned = _FakeOrphan(20, ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"])
+    forked_a, forked_b = _FakeOrphan(10, ["python", "train.py"]), _FakeOrphan(11, ["python", "train.py"])
+    lone_job = _FakeOrphan(12, ["python", "nohup_job.py"])  # a training job started with nohup: not a worker
+    other = _FakeOrphan(13, ["python", "train.py"])  # same command, another process group: a second job
+    strays = host._orphaned_workers([spawned, forked_a, forked_b, lone_job, other])
+    assert {p.pid for p in strays} == {20, 10, 11}
+    monkeypatch.setattr(host.psutil, "pid_exists", lambda pid: True)  # the group's leader still runs
+    assert {p.pid for p in host._orphaned_workers([forked_a, forked_b])} == set()

@@ -296,6 +296,18 @@ def test_native_thread_pools_explain_a_hang_only_when_workers_start_pools_again(
     assert "3 native threads ran" in finding.title
 
 
+def test_a_batch_that_outlasts_the_budget_with_busy_workers_is_slow_not_hung():
+    slow = _stall(over_budget=True, workers_cpu_idle=False, reason="the measuring budget ran out")
+    rec = make_recording(settings=FORKED, iterators=make_iterators(2, threads=["t"]), stall=slow)
+    finding = stall(rec)
+    assert finding.severity == "warning"
+    assert "longer than the whole measuring budget" in finding.title
+    assert "--budget" in finding.fix
+    assert fork_unsafe(rec).severity == "warning"  # a slow batch shows no fork hang
+    idle = _stall(over_budget=True, workers_cpu_idle=True, reason="the measuring budget ran out")
+    assert stall(make_recording(settings=FORKED, stall=idle)).severity == "critical"
+
+
 def test_fork_unsafe_quiet_without_hazards_or_without_fork():
     assert fork_unsafe(make_recording(settings=FORKED)) is None
     threads = {"iterators": make_iterators(2, threads=["t"])}

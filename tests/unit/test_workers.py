@@ -12,7 +12,14 @@ import torch.utils.data.dataloader
 
 import loaderdoctor.settings
 from loaderdoctor.recording import StackFrame, WorkerSample
-from loaderdoctor.workers import WorkerSampler, is_user_frame, parse_faulthandler, stuck_frame, thread_stack
+from loaderdoctor.workers import (
+    WorkerSampler,
+    is_user_frame,
+    parse_faulthandler,
+    stuck_frame,
+    thread_idle,
+    thread_stack,
+)
 
 STDLIB_THREADING = threading.__file__
 TORCH_FILE = torch.utils.data.dataloader.__file__
@@ -186,3 +193,27 @@ def test_cpu_idle_is_unknown_when_not_watched_long_enough():
     assert sampler.cpu_idle([3], 2.0) is None
     assert sampler.cpu_idle([1, 3], 2.0) is None
     assert sampler.cpu_idle([4], 2.0) is None  # never sampled
+
+
+def test_thread_idle_tells_a_busy_thread_from_a_blocked_one():
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    busy = threading.Thread(target=spin)
+    busy.start()
+    try:
+        assert thread_idle(busy, window_s=0.3) is False
+    finally:
+        stop.set()
+        busy.join()
+    blocked = threading.Thread(target=stop.wait)
+    stop.clear()
+    blocked.start()
+    try:
+        assert thread_idle(blocked, window_s=0.3) is True
+    finally:
+        stop.set()
+        blocked.join()

@@ -15,7 +15,7 @@ def fork_unsafe(rec: Recording) -> Finding | None:
         return None
     hazards = fork_hazards(rec)
     # The risk is shown by the evidence alone; a stall or a dead worker shows it happened.
-    happened = rec.stall is not None or bool(rec.worker_deaths)
+    happened = (rec.stall is not None and rec.stall.hung) or bool(rec.worker_deaths)
     if not hazards.explain(happened, workers_run_pools(rec)):
         return None
     title = f"Workers are forked while {hazards.describe()}"
@@ -67,13 +67,20 @@ def stall(rec: Recording) -> Finding | None:
     else:
         fix = "Find where loading is stuck with py-spy dump --pid on a worker."
     fix += " Pass DataLoader(timeout=...) so that a hang raises instead of waiting forever."
+    title = (
+        f"Batch {stalled.batch} of epoch {stalled.epoch} never came: the loop waited {stalled.waited_s:.0f} s for it"
+    )
+    if not stalled.hung:
+        title = f"Batch {stalled.batch} of epoch {stalled.epoch} took longer than the whole measuring budget"
+        fix = (
+            f"Loading was still using CPU after {stalled.waited_s:.0f} s, so this looks slow rather than "
+            "stuck: give the check a larger --budget, and see where the time goes"
+            + (f" ({stuck_frames[0]})." if stuck_frames else ".")
+        )
     return Finding(
         rule="stall",
-        severity="critical",
-        title=(
-            f"Batch {stalled.batch} of epoch {stalled.epoch} never came: "
-            f"the loop waited {stalled.waited_s:.0f} s for it"
-        ),
+        severity="critical" if stalled.hung else "warning",
+        title=title,
         evidence={
             "epoch": stalled.epoch,
             "batch": stalled.batch,
@@ -86,5 +93,5 @@ def stall(rec: Recording) -> Finding | None:
         fix=fix,
         snippet=None,
         settings_change={},
-        impact=1.0,
+        impact=1.0 if stalled.hung else 0.5,
     )
