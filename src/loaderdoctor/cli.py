@@ -8,6 +8,7 @@ import math
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from loaderdoctor import scenarios
 from loaderdoctor.check import DEFAULT_BUDGET_S, DEFAULT_EPOCHS, check
@@ -113,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             return _scenarios(out)
         return _check(args, out, err)
     except LoaderDoctorError as error:
-        err.print(f"[bold red]error:[/] {error.message}")
+        # soft_wrap: a path or a file:line in a message must not be broken by an inserted newline
+        err.print(f"[bold red]error:[/] {escape(error.message)}", soft_wrap=True)
         if error.hint:
-            err.print(f"[dim]hint:[/] {error.hint}")
+            err.print(f"[dim]hint:[/] {escape(error.hint)}", soft_wrap=True)
         return error.exit_status
     except KeyboardInterrupt:
         err.print("interrupted")

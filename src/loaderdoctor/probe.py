@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from loaderdoctor.errors import UsageError
+from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.host import host_facts
 from loaderdoctor.indexed import IndexedDataset, parse_sample_failures
 from loaderdoctor.recording import (
@@ -33,6 +33,7 @@ from loaderdoctor.recording import (
 )
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator
+from loaderdoctor.target import describe_exception
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 from loaderdoctor.workers import StackDumpHook, WorkerSampler, dump_worker_stacks, thread_idle, thread_stack
 
@@ -315,7 +316,13 @@ class _Run:
             failures_in_a_row = 0
             if self.step is not None:
                 step_started = self.clock()
-                self.step(batch)
+                try:
+                    self.step(batch)
+                except Exception as error:
+                    raise LoaderDoctorError(
+                        f"the training step raised {describe_exception(error)}",
+                        hint="the step given with Workload(step=...) must accept one batch as the loader yields it",
+                    ) from error
                 self.rec.batches[-1].step_s = self.clock() - step_started
                 self.step_times.append(self.rec.batches[-1].step_s)
             del batch

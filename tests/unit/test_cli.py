@@ -212,3 +212,44 @@ def test_live_progress_writes_nothing_when_not_a_terminal():
     with console_render.LiveProgress(console) as live:
         live.update("train", "measure", ProbeProgress(epoch=0, epochs=3, batches=5, elapsed_s=1.0, budget_s=10.0))
     assert out.getvalue() == ""
+
+
+def _write_target(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text(body)
+    return f"{path}:make"
+
+
+def test_an_unpicklable_dataset_under_spawn_is_a_usage_error_naming_it(tmp_path, capsys):
+    target = _write_target(
+        tmp_path,
+        "spawn_lock",
+        "import threading, torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class Locked(Dataset):\n"
+        "    def __init__(self): self.lock = threading.Lock()\n"
+        "    def __len__(self): return 8\n"
+        "    def __getitem__(self, i): return torch.zeros(2)\n"
+        "def make(): return DataLoader(Locked(), batch_size=4, num_workers=2, multiprocessing_context='spawn')\n",
+    )
+    assert main(["check", target, "--budget", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset (Locked) cannot be pickled" in err and "'spawn'" in err
+    assert "Traceback" not in err
+
+
+def test_a_training_step_that_raises_is_reported_with_its_line(tmp_path, capsys):
+    target = _write_target(
+        tmp_path,
+        "bad_step",
+        "import torch, loaderdoctor\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "def step(batch):\n"
+        "    raise RuntimeError('shapes do not match')\n"
+        "def make(): return loaderdoctor.Workload(DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=4),"
+        " step=step)\n",
+    )
+    assert main(["check", target, "--budget", "5", "--no-verify"]) == 1
+    err = capsys.readouterr().err
+    assert "the training step raised RuntimeError: shapes do not match" in err
+    assert "bad_step.py:4 in step" in err
