@@ -48,12 +48,14 @@ def main(argv: list[str]) -> int:
             serious = [f["rule"] for f in loader["findings"] if f["severity"] != "info"]
             mains.append(serious[0] if serious else "none")
             verification = loader["verification"]
-            if verification and verification["helped"] and verification["speedup"] is not None:
-                speedups.append(verification["speedup"])
+            if verification and verification["helped"]:
+                # No speedup is defined where the original settings delivered nothing (a hang): count it apart.
+                speedups.append(verification["speedup"] if verification["speedup"] is not None else float("inf"))
             walls.append(wall_s)
         match = all(m == (planted or "none") for m in mains)
         all_match &= match
-        speedup = f"{statistics.median(speedups):.2f}x" if speedups else "-"
+        median = statistics.median(speedups) if speedups else None
+        speedup = "-" if median is None else "hang fixed" if median == float("inf") else f"{median:.2f}x"
         print(
             f"{name:<15} {planted or 'none':<21} {' '.join(mains):<50} {speedup:>16} "
             f"{statistics.median(walls):>7.1f}{'' if match else '  MISMATCH'}"

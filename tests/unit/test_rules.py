@@ -78,6 +78,15 @@ def test_input_bound_waiting_on_io_suggests_more_workers_than_cores(workers, cor
     assert finding.settings_change == {"num_workers": suggested, "persistent_workers": True}
 
 
+def test_input_bound_io_workers_grow_with_the_wait_but_fit_the_cores():
+    # 2 workers, batches every 0.25 s for a 0.05 s step: 2 x 5 x 1.25 = 12.5 -> 13 workers in flight.
+    rec = make_recording(settings=TWO_PERSISTENT, cpu_share=0.05, wait_s=0.2)
+    assert input_bound(rec).settings_change["num_workers"] == 13
+    # The same wait with workers busy 40% of the time: 2 cores hold 5 of them.
+    busier = make_recording(settings=TWO_PERSISTENT, cpu_share=0.4, wait_s=0.2)
+    assert input_bound(busier).settings_change["num_workers"] == 5
+
+
 def test_input_bound_with_cpu_bound_workers_on_every_core_changes_no_setting():
     rec = make_recording(settings=TWO_PERSISTENT, cpu_share=0.95, wait_s=0.03)
     finding = input_bound(rec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from typing import Any
 
@@ -26,6 +27,7 @@ from loaderdoctor.rules._common import (
 # Workers that wait on I/O: more of them than cores helps, up to a point where memory and open files cost
 # more than the extra reads in flight gain.
 MAX_IO_WORKERS = 16
+IO_HEADROOM = 1.25
 
 # A later epoch's first batch this many times slower than a steady batch means workers were started again.
 RESPAWN_FIRST_BATCH_RATIO = 3.0
@@ -55,6 +57,19 @@ class MyDataset(torch.utils.data.Dataset):
         return self._data[index]"""
 
 
+def _io_workers(rec: Recording, workers: int, cores: float, cpu_share: float | None) -> int:
+    """Workers enough to keep up with the step when loading waits on I/O: today's batch interval over the step
+    time says how many more batches must be in flight (with a quarter's headroom), as long as their CPU
+    share still fits the cores."""
+    step_s = rec.step_s or 0.0
+    interval_s = steady_interval_s(rec)
+    needed = math.ceil(max(workers, 1) * interval_s / step_s * IO_HEADROOM) if step_s > 0 else 0
+    suggested = max(needed, 2 * int(cores), 4)
+    if cpu_share:
+        suggested = min(suggested, max(int(cores / cpu_share), 1))
+    return min(MAX_IO_WORKERS, suggested)
+
+
 def input_bound(rec: Recording) -> Finding | None:
     """The training step waits for data: how long, and the worker count that would stop it."""
     fraction = wait_fraction(rec)
@@ -71,7 +86,7 @@ def input_bound(rec: Recording) -> Finding | None:
     # (or the main process, measured while it loads) show whether loading computes or waits on I/O.
     saturated = workers == 0 or fraction > CRITICAL_TIME_SHARE
     if saturated and is_io_bound(cpu_share):
-        suggested = min(MAX_IO_WORKERS, max(2 * workers, 2 * int(cores), 4))
+        suggested = _io_workers(rec, workers, cores, cpu_share)
         if suggested > workers:
             change = {"num_workers": suggested, "persistent_workers": True}
             fix = (
