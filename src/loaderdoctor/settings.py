@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -196,9 +197,12 @@ class LoaderSpec:
             kwargs["batch_sampler"] = self.batch_sampler
         else:
             kwargs.update(batch_size=self.batch_size, sampler=self.sampler, drop_last=self.drop_last)
-        return DataLoader(
-            self.dataset if dataset is None else dataset,
-            collate_fn=self.collate_fn,
-            generator=self.generator,
-            **kwargs,
-        )
+        with warnings.catch_warnings():
+            # torch's advice on worker counts ignores whether loading computes or waits: we measure that.
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+            return DataLoader(
+                self.dataset if dataset is None else dataset,
+                collate_fn=self.collate_fn,
+                generator=self.generator,
+                **kwargs,
+            )

@@ -79,7 +79,7 @@ def test_input_bound_waiting_on_io_suggests_more_workers_than_cores(workers, cor
 
 
 def test_input_bound_io_workers_grow_with_the_wait_but_fit_the_cores():
-    # 2 workers, batches every 0.25 s for a 0.05 s step: 2 x 5 x 1.25 = 12.5 -> 13 workers in flight.
+    # 2 workers, waiting 80% of the time: batches must come 5 times as often: 2 x 5 x 1.25 = 12.5 -> 13 workers.
     rec = make_recording(settings=TWO_PERSISTENT, cpu_share=0.05, wait_s=0.2)
     assert input_bound(rec).settings_change["num_workers"] == 13
     # The same wait with workers busy 40% of the time: 2 cores hold 5 of them.

@@ -57,13 +57,11 @@ class MyDataset(torch.utils.data.Dataset):
         return self._data[index]"""
 
 
-def _io_workers(rec: Recording, workers: int, cores: float, cpu_share: float | None) -> int:
-    """Workers enough to keep up with the step when loading waits on I/O: today's batch interval over the step
-    time says how many more batches must be in flight (with a quarter's headroom), as long as their CPU
-    share still fits the cores."""
-    step_s = rec.step_s or 0.0
-    interval_s = steady_interval_s(rec)
-    needed = math.ceil(max(workers, 1) * interval_s / step_s * IO_HEADROOM) if step_s > 0 else 0
+def _io_workers(workers: int, cores: float, fraction: float, cpu_share: float | None) -> int:
+    """Workers enough to keep up with the step when loading waits on I/O: batches now come at step/(1 - wait
+    fraction), so that many times the batches must be in flight (with a quarter's headroom), as long as their
+    CPU share still fits the cores."""
+    needed = math.ceil(round(max(workers, 1) / (1.0 - fraction) * IO_HEADROOM, 6)) if fraction < 1 else MAX_IO_WORKERS
     suggested = max(needed, 2 * int(cores), 4)
     if cpu_share:
         suggested = min(suggested, max(int(cores / cpu_share), 1))
@@ -86,7 +84,7 @@ def input_bound(rec: Recording) -> Finding | None:
     # (or the main process, measured while it loads) show whether loading computes or waits on I/O.
     saturated = workers == 0 or fraction > CRITICAL_TIME_SHARE
     if saturated and is_io_bound(cpu_share):
-        suggested = _io_workers(rec, workers, cores, cpu_share)
+        suggested = _io_workers(workers, cores, fraction, cpu_share)
         if suggested > workers:
             change = {"num_workers": suggested, "persistent_workers": True}
             fix = (
