@@ -13,7 +13,6 @@ import statistics
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,7 @@ from loaderdoctor.recording import (
     Stall,
     WorkerDeath,
 )
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
 from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator
 from loaderdoctor.target import describe_exception
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
@@ -164,7 +163,6 @@ class _Run:
         self.clock = clock
         self.consumer = threading.current_thread()
         self.interrupter = _MainThreadInterrupter()
-        self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-stacks-")
         start_method = settings.effective_start_method
         self.rec = Recording(
             settings=settings,
@@ -180,14 +178,18 @@ class _Run:
         )
         if start_method in ("spawn", "forkserver"):
             self.rec.pickled_dataset_bytes = pickled_bytes(spec, start_method)
-        loader = spec.build(
-            settings,
-            dataset=None if spec.is_iterable else IndexedDataset(spec.dataset),
-            worker_hook=StackDumpHook(self.dump_dir) if settings.num_workers else None,
-        )
+        self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-stacks-")
+        try:
+            loader = spec.build(
+                settings,
+                dataset=None if spec.is_iterable else IndexedDataset(spec.dataset),
+                worker_hook=StackDumpHook(self.dump_dir) if settings.num_workers else None,
+            )
+        except Exception:
+            shutil.rmtree(self.dump_dir, ignore_errors=True)
+            raise
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
         self.sampler = WorkerSampler(self.current_pids, clock=clock)
-        self.stall_lock = threading.Lock()
         self.epoch_pids: list[int] = []
         self.first_batch_s: dict[int, float] = {}
         self.step_times: list[float] = []
@@ -223,17 +225,17 @@ class _Run:
             idle = self.sampler.cpu_idle(notice.pids, self.policy.idle_window_s)
         else:
             stacks, idle = [thread_stack(self.consumer)], thread_idle(self.consumer)
-        with self.stall_lock:
-            self.rec.stall = Stall(
-                epoch=notice.epoch,
-                batch=notice.batch,
-                waited_s=notice.waited_s,
-                threshold_s=notice.threshold_s,
-                reason=notice.reason,
-                stacks=stacks,
-                workers_cpu_idle=idle,
-                over_budget=notice.over_budget,
-            )
+        # Set before the workers are killed: the loop reads it when their death ends the stuck next().
+        self.rec.stall = Stall(
+            epoch=notice.epoch,
+            batch=notice.batch,
+            waited_s=notice.waited_s,
+            threshold_s=notice.threshold_s,
+            reason=notice.reason,
+            stacks=stacks,
+            workers_cpu_idle=idle,
+            over_budget=notice.over_budget,
+        )
         log.warning("stall at epoch %d batch %d: %s", notice.epoch, notice.batch, notice.reason)
         if notice.pids:
             # The DataLoader notices its workers died (at once through its SIGCHLD handler in the main
@@ -254,9 +256,7 @@ class _Run:
             deadline=started + self.budget_s * 1.5 + 5.0,
         )
         iterator: TapIterator | None = None
-        with self.interrupter, warnings.catch_warnings():
-            # torch's advice on worker counts ignores whether loading computes or waits; we measure it.
-            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        with self.interrupter, quiet_worker_count_advice():
             self.sampler.start()
             watchdog.start()
             try:

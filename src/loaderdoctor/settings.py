@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +106,15 @@ def default_start_method() -> str:
     return chosen or multiprocessing.get_all_start_methods()[0]
 
 
+@contextlib.contextmanager
+def quiet_worker_count_advice() -> Iterator[None]:
+    """Silences torch's warning that workers outnumber the cores (at DataLoader() and iter()): it cannot know
+    whether loading computes or waits on I/O, and loaderdoctor measures that instead."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        yield
+
+
 class _WorkerInit:
     """A picklable worker_init_fn: limit the worker's threads, run a hook, then the user's own function."""
 
@@ -197,9 +207,7 @@ class LoaderSpec:
             kwargs["batch_sampler"] = self.batch_sampler
         else:
             kwargs.update(batch_size=self.batch_size, sampler=self.sampler, drop_last=self.drop_last)
-        with warnings.catch_warnings():
-            # torch's advice on worker counts ignores whether loading computes or waits: we measure that.
-            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        with quiet_worker_count_advice():
             return DataLoader(
                 self.dataset if dataset is None else dataset,
                 collate_fn=self.collate_fn,
