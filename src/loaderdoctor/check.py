@@ -73,32 +73,33 @@ def check(
         step = _step_of(resolved.workload, step_ms)
         deadline = time.monotonic() + budget_s
         probes_left = len(resolved.loaders) * (2 if verify_fix else 1)
+
+        def budget_share() -> float:
+            """What is left of the budget, shared by the probes still to run (each one's share grows when an
+            earlier one needed less)."""
+            return max(1.0, (deadline - time.monotonic()) / max(probes_left, 1))
+
         reports: dict[str, LoaderReport] = {}
         for name, loader in resolved.loaders.items():
             spec = LoaderSpec.from_loader(loader)
-
-            def report_progress(p: ProbeProgress, phase: str = "measure", name: str = name) -> None:
-                if progress is not None:
-                    progress(name, phase, p)
-
-            share = max(1.0, (deadline - time.monotonic()) / probes_left)
-            recording = probe(spec, budget_s=share, epochs=epochs, step=step, policy=policy, progress=report_progress)
+            phase_progress = _phase_progress(progress, name)
+            measure = phase_progress("measure")
+            recording = probe(spec, budget_s=budget_share(), epochs=epochs, step=step, policy=policy, progress=measure)
             probes_left -= 1
             findings = diagnose(recording)
-            verification = None
             fixed = prescribe(recording, findings) if verify_fix else None
+            verification = None
             if fixed is not None:
-                share = max(1.0, (deadline - time.monotonic()) / probes_left)
                 verification = verify(
                     spec,
                     recording,
                     findings,
                     fixed,
-                    budget_s=share,
+                    budget_s=budget_share(),
                     epochs=epochs,
                     step=step,
                     policy=policy,
-                    progress=lambda p, name=name: report_progress(p, "verify", name),
+                    progress=phase_progress("verify"),
                 )
             if verify_fix:
                 probes_left -= 1
@@ -106,3 +107,16 @@ def check(
         return Report(resolved.target, reports)
     finally:
         resolved.close()
+
+
+def _phase_progress(
+    progress: CheckProgress | None, name: str
+) -> Callable[[str], Callable[[ProbeProgress], None] | None]:
+    """For a loader: a function giving, per phase, the probe's progress callback (None without a display)."""
+
+    def for_phase(phase: str) -> Callable[[ProbeProgress], None] | None:
+        if progress is None:
+            return None
+        return lambda figures: progress(name, phase, figures)
+
+    return for_phase
