@@ -9,6 +9,7 @@ import sys
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from loaderdoctor import scenarios
 from loaderdoctor.check import DEFAULT_BUDGET_S, DEFAULT_EPOCHS, check
@@ -94,9 +95,13 @@ def _check(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _scenarios(out: Console) -> int:
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    table.add_column("scenario", style="bold", no_wrap=True)
+    table.add_column("what it is")
+    table.add_column("planted cause", no_wrap=True)
     for scenario in scenarios.all_scenarios():
-        cause = scenario.planted_cause or "none"
-        out.print(f"[bold]{scenario.name:<15}[/] {scenario.summary} [dim](planted: {cause})[/]")
+        table.add_row(f"scenario:{scenario.name}", scenario.summary, scenario.planted_cause or "none")
+    out.print(table)
     return 0
 
 

@@ -32,7 +32,8 @@ def test_scenarios_lists_every_scenario(capsys):
     assert main(["scenarios"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for name in scenarios.names():
-        assert any(line.startswith(name + " ") for line in lines), name
+        planted = scenarios.get(name).planted_cause or "none"
+        assert any(line.startswith(f"scenario:{name} ") and planted in line for line in lines), name
 
 
 @pytest.mark.parametrize(
