@@ -267,6 +267,7 @@ class _Run:
                     if iterator is not None and not self.settings.persistent_workers:
                         iterator.close()
                     epoch_deadline = self.clock() + remaining / (self.epochs - epoch)
+                    self.report_progress(epoch, started)  # the display moves on while workers start
                     iterator = self.tap.epoch(epoch)
                     self.run_epoch(iterator, epoch, epoch_deadline, started)
             finally:
@@ -280,6 +281,11 @@ class _Run:
         if self.step is not None and self.step_times:
             self.rec.step_s = statistics.median(self.step_times)
         return self.rec
+
+    def report_progress(self, epoch: int, started: float) -> None:
+        if self.progress is not None:
+            elapsed = self.clock() - started
+            self.progress(ProbeProgress(epoch, self.epochs, len(self.rec.batches), elapsed, self.budget_s))
 
     def run_epoch(self, iterator: TapIterator, epoch: int, deadline: float, started: float) -> None:
         ended = "exhausted"
@@ -326,10 +332,7 @@ class _Run:
                 self.rec.batches[-1].step_s = self.clock() - step_started
                 self.step_times.append(self.rec.batches[-1].step_s)
             del batch
-            if self.progress is not None:
-                self.progress(
-                    ProbeProgress(epoch, self.epochs, len(self.rec.batches), self.clock() - started, self.budget_s)
-                )
+            self.report_progress(epoch, started)
             if self.clock() >= deadline:
                 ended = "time"
                 break
