@@ -2,12 +2,17 @@
 
 from loaderdoctor.check import check
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.guard import DataLoader, GuardedLoader, guard
+from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.report import Finding, Report, Verification
 from loaderdoctor.settings import Settings
 from loaderdoctor.workload import Workload
 
 __all__ = [
+    "DataLoader",
     "Finding",
+    "GuardEvent",
+    "GuardedLoader",
     "LoaderDoctorError",
     "LoaderDoctorWarning",
     "Report",
@@ -16,5 +21,6 @@ __all__ = [
     "Verification",
     "Workload",
     "check",
+    "guard",
 ]
 __version__ = "0.1.0"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
 import pickle
 import shutil
 import signal
@@ -31,15 +29,21 @@ from loaderdoctor.recording import (
     WorkerDeath,
 )
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
-from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator
+from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator, is_worker_death
 from loaderdoctor.target import describe_exception
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
-from loaderdoctor.workers import StackDumpHook, WorkerSampler, dump_worker_stacks, thread_idle, thread_stack
+from loaderdoctor.workers import (
+    StackDumpHook,
+    WorkerSampler,
+    dump_worker_stacks,
+    kill_workers,
+    thread_idle,
+    thread_stack,
+)
 
 log = logging.getLogger("loaderdoctor")
 
 Step = Callable[[Any], Any]
-_WORKER_DIED = ("exited unexpectedly", "is killed by signal")
 _INTERRUPT_SIGNAL = signal.SIGUSR2
 # A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
 _MAX_CONSECUTIVE_FAILURES = 50
@@ -238,11 +242,8 @@ class _Run:
         )
         log.warning("stall at epoch %d batch %d: %s", notice.epoch, notice.batch, notice.reason)
         if notice.pids:
-            # The DataLoader notices its workers died (at once through its SIGCHLD handler in the main
-            # thread, else within its 5 s status check) and raises in the stuck next().
-            for pid in notice.pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+            # torch notices at once through its SIGCHLD handler in the main thread, else within its 5 s check.
+            kill_workers(notice.pids)
         elif not self.interrupter.interrupt() and not self.interrupter.available:
             log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
 
@@ -308,7 +309,7 @@ class _Run:
                 if self.rec.stall is not None:
                     ended, self.rec.outcome = "stall", "stalled"
                     break
-                if any(text in str(error) for text in _WORKER_DIED):
+                if is_worker_death(error):
                     self.rec.worker_deaths.append(WorkerDeath(epoch, iterator.index - 1, str(error)))
                     ended, self.rec.outcome = "worker-died", "crashed"
                     break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -80,6 +81,23 @@ def batch_samples(batch: Any, default: int) -> int:
 def worker_pids(iterator: Any) -> list[int]:
     """The pids of a DataLoader iterator's worker processes (none for single-process loading)."""
     return [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
+
+
+_DEATH_PHRASES = ("exited unexpectedly", "is killed by signal")
+# torch's messages: "DataLoader worker (pid 12) is killed by signal: Killed." and
+# "DataLoader worker (pid(s) 12, 13) exited unexpectedly".
+_DEAD_PIDS = re.compile(r"\(pid(?:\(s\))? (?P<pids>\d+(?:, \d+)*)\)")
+
+
+def is_worker_death(error: BaseException) -> bool:
+    """Whether `error` is torch's report of a worker process that died."""
+    return isinstance(error, RuntimeError) and any(phrase in str(error) for phrase in _DEATH_PHRASES)
+
+
+def dead_worker_pids(error: BaseException | str) -> list[int]:
+    """The pids torch names in a worker-death error or its text (none when it names none)."""
+    match = _DEAD_PIDS.search(str(error))
+    return [int(pid) for pid in match["pids"].split(", ")] if match else []
 
 
 def shutdown(loader: DataLoader, iterator: Any) -> None:

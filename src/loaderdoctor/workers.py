@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import re
@@ -148,8 +149,18 @@ def is_user_frame(frame: StackFrame) -> bool:
 
 
 def stuck_frame(frames: list[StackFrame]) -> StackFrame | None:
-    """The innermost frame in the user's code, where a stuck worker is waiting."""
-    return next((f for f in frames if is_user_frame(f)), None)
+    """The innermost frame in the user's code, where a stuck worker is waiting. In a worker only the frames its
+    loop called count: a forked worker's stack also holds the parent's frames, copied by fork, below the loop."""
+    loop = next((i for i, f in enumerate(frames) if f.function == "_worker_loop"), len(frames))
+    return next((f for f in frames[:loop] if is_user_frame(f)), None)
+
+
+def kill_workers(pids: list[int]) -> None:
+    """SIGKILL the workers: a stuck worker may ignore anything gentler. The DataLoader then notices that they
+    died and raises in the next() that waits on them."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def dump_worker_stacks(pids: list[int], dump_dir: str, wait_s: float = _DUMP_WAIT_S) -> list[WorkerStack]:

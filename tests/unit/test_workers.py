@@ -74,8 +74,11 @@ def test_parse_faulthandler_of_nothing():
 def test_parse_faulthandler_on_a_real_dump(tmp_path):
     release = threading.Event()
 
-    def _worker_loop() -> None:
+    def load_sample() -> None:
         release.wait(10.0)
+
+    def _worker_loop() -> None:
+        load_sample()
 
     thread = threading.Thread(target=_worker_loop, name="fake-worker-loop")
     thread.start()
@@ -90,7 +93,18 @@ def test_parse_faulthandler_on_a_real_dump(tmp_path):
     frames = parse_faulthandler(text)
     loop = next(f for f in frames if f.function == "_worker_loop")
     assert loop.file == __file__
-    assert stuck_frame(frames) == loop  # threading.py's wait frames above it are not the user's
+    # threading.py's wait frames are not the user's; the loop's caller (copied by fork in a worker) never counts
+    stuck = stuck_frame(frames)
+    assert stuck is not None and stuck.function == "load_sample" and stuck.file == __file__
+
+
+def test_stuck_frame_ignores_the_frames_fork_copied_below_the_worker_loop():
+    idle_worker = [
+        StackFrame(STDLIB_THREADING, 327, "wait"),
+        StackFrame("/venv/site-packages/torch/utils/data/_utils/worker.py", 300, "_worker_loop"),
+        StackFrame("/home/u/train.py", 33, "main"),  # the parent's frame, copied by fork
+    ]
+    assert stuck_frame(idle_worker) is None
 
 
 def test_user_frames():

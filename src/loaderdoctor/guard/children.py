@@ -1,0 +1,102 @@
+"""Deaths of guarded workers raise inside the guard's own next(), never in the user's code.
+
+torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" in the main thread at whatever
+line it is running: during a training step, that error escapes the loader and ends the job. This module
+wraps that handler, once per process: for a guarded loader's worker the error is raised only while the main
+thread is inside that loader's next(); otherwise the loader is flagged and recovers at its next next().
+Deaths of other loaders' workers raise exactly as before. The same handler lets the watchdog's thread end
+a next() that waits on workers it has killed (with forkserver and spawn they are not this process's
+children, so no SIGCHLD comes by itself).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any, Protocol
+
+from loaderdoctor.tap import dead_worker_pids
+
+
+class Watched(Protocol):
+    """What the handler flags on the loader that owns some workers."""
+
+    died: str | None  # torch's report of a worker's death, kept for the loader's next next()
+    interrupt_requested: bool
+
+
+class GuardInterrupt(RuntimeError):
+    """Raised in the main thread's next() after the watchdog ended the workers it was waiting on."""
+
+
+_owners: dict[int, Watched] = {}  # worker pid -> the guarded loader part that started it
+_armed: Watched | None = None  # whose next() the main thread is in
+_previous: Any = None
+_installed = False
+
+
+def install() -> bool:
+    """Wrap the current SIGCHLD handler (torch's, once a loader started workers), once per process.
+
+    Only the main thread can; whether the wrapper is in place."""
+    global _installed, _previous
+    if _installed:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    _previous = signal.getsignal(signal.SIGCHLD)
+    signal.signal(signal.SIGCHLD, _on_sigchld)
+    _installed = True
+    return True
+
+
+def watch(pids: list[int], owner: Watched) -> None:
+    for pid in pids:
+        _owners[pid] = owner
+
+
+def forget(pids: list[int]) -> None:
+    for pid in pids:
+        _owners.pop(pid, None)
+
+
+def arm(owner: Watched) -> None:
+    """The main thread enters `owner`'s next(): errors about its workers may be raised now."""
+    global _armed
+    if threading.current_thread() is threading.main_thread():
+        _armed = owner
+
+
+def disarm() -> None:
+    global _armed
+    if threading.current_thread() is threading.main_thread():
+        _armed = None
+
+
+def interrupt(owner: Watched) -> bool:
+    """From another thread: end the main thread's next() in `owner`, if it is in one; whether it was asked."""
+    if not _installed or _armed is not owner:
+        return False
+    owner.interrupt_requested = True
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGCHLD)
+    return True
+
+
+def _on_sigchld(signum: int, frame: Any) -> None:
+    # Runs in the main thread between two bytecodes of whatever it was doing: no locks, no logging.
+    try:
+        if callable(_previous):
+            _previous(signum, frame)
+    except RuntimeError as error:
+        owners = [owner for pid in dead_worker_pids(error) if (owner := _owners.get(pid)) is not None]
+        if not owners:
+            raise  # not a guarded worker: torch's own behaviour
+        for owner in owners:
+            owner.died = str(error)
+        if any(owner is _armed for owner in owners):
+            raise
+        return
+    armed = _armed
+    if armed is not None and armed.interrupt_requested:
+        armed.interrupt_requested = False
+        raise GuardInterrupt("the guard's watchdog ended the workers this next() was waiting on")

@@ -1,0 +1,571 @@
+"""GuardedLoader: a DataLoader whose stalled or dead workers are restarted one rung safer, resuming at the
+first batch not yet delivered."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing.connection
+import shutil
+import tempfile
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.guard import children
+from loaderdoctor.guard.events import GuardEvent
+from loaderdoctor.guard.ladder import next_rung
+from loaderdoctor.guard.plan import PlannedBatchSampler, check_resumable, draw_epoch_plan
+from loaderdoctor.guard.safe import SettingChange, persistent_workers_change, start_method_change
+from loaderdoctor.host import iterator_facts
+from loaderdoctor.probe import pickled_bytes
+from loaderdoctor.recording import WorkerStack
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.tap import Tap, TapIterator, dead_worker_pids, is_worker_death, shutdown, worker_pids
+from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
+from loaderdoctor.workers import StackDumpHook, dump_worker_stacks, kill_workers, thread_stack
+
+log = logging.getLogger("loaderdoctor")
+
+_TIMED_OUT = "timed out after"  # torch's own error when the user's DataLoader(timeout=...) passes
+_FROM_A_WORKER = "in DataLoader worker process"  # torch's re-raise of an exception the dataset raised in a worker
+# A worker's death also shows as other errors (a batch whose shared memory cannot be fetched from it any more:
+# ConnectionResetError, EOFError...); give a dying worker this long to be seen dead before blaming the user.
+_DEATH_GRACE_S = 0.5
+
+
+def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
+    """The watchdog's policy: adaptive defaults (None), one number for both deadlines, or a policy as is."""
+    if stall_timeout is None:
+        return StallPolicy()
+    if isinstance(stall_timeout, StallPolicy):
+        return stall_timeout
+    if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, int | float) or not stall_timeout > 0:
+        raise UsageError(
+            f"stall_timeout must be a number of seconds above 0, a StallPolicy or None, not {stall_timeout!r}"
+        )
+    return StallPolicy(floor_s=float(stall_timeout), first_batch_s=float(stall_timeout))
+
+
+def describe(settings: Settings) -> str:
+    """Settings in a few words, as the guard's messages name them."""
+    if settings.num_workers == 0:
+        return "num_workers=0 (loading in the main process)"
+    persistent = ", persistent" if settings.persistent_workers else ""
+    return f"num_workers={settings.num_workers}, {settings.effective_start_method}{persistent}"
+
+
+def _stuck_text(stacks: list[WorkerStack]) -> str:
+    stuck = [f"pid {s.pid} at {frame}" for s in stacks if (frame := s.stuck_frame) is not None]
+    if stuck:
+        return "; ".join(stuck)
+    if stacks:
+        return "no frame of the user's code in the stacks (pids " + ", ".join(str(s.pid) for s in stacks) + ")"
+    return "no stack could be taken"
+
+
+class _Inner:
+    """One internal DataLoader at one Settings: its planned sampler, its tap, and its current iterator."""
+
+    def __init__(self, loader: DataLoader, sampler: PlannedBatchSampler, settings: Settings, tap: Tap) -> None:
+        self.loader = loader
+        self.sampler = sampler
+        self.settings = settings
+        self.tap = tap
+        self.iterator: TapIterator | None = None
+        self.watchdog: Watchdog | None = None
+        self.start = 0  # the plan position of the current iterator's first batch
+        self.pids: list[int] = []
+        # Set by the SIGCHLD handler (children.py) and by interrupt(): see children.Watched.
+        self.died: str | None = None
+        self.interrupt_requested = False
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the watchdog fired and ended the workers (without workers it can only report)."""
+        return self.watchdog is not None and self.watchdog.fired is not None and self.settings.num_workers > 0
+
+    def starts_workers(self) -> bool:
+        """Whether the next iter() starts worker processes."""
+        persistent_alive = self.loader.persistent_workers and getattr(self.loader, "_iterator", None) is not None
+        return self.settings.num_workers > 0 and not persistent_alive
+
+    def dead_workers(self, grace_s: float) -> list[int]:
+        """The pids of this loader's workers that have exited, waiting up to grace_s for one to."""
+        torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
+        workers = list(getattr(torch_iterator, "_workers", []))
+        if not workers:
+            return []
+        ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
+        return [w.pid for w in workers if w.sentinel in ended]
+
+    def stop_watching(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+
+    def end_iterator(self) -> None:
+        """End the current iterator's workers unless they persist into the next epoch."""
+        if self.iterator is not None and not self.loader.persistent_workers:
+            self.iterator.close()
+            children.forget(self.pids)
+            self.pids = []
+        self.iterator = None
+
+    def close(self) -> None:
+        """Stop watching and end every worker of this loader now."""
+        self.stop_watching()
+        # iter() may have failed half-way (a persistent iterator's reset waits on its workers): then the
+        # loader holds the torch iterator, and the TapIterator was never made.
+        torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
+        if torch_iterator is not None:
+            pids = worker_pids(torch_iterator)
+            shutdown(self.loader, torch_iterator)
+            children.forget(pids)
+        children.forget(self.pids)
+        self.pids = []
+        self.iterator = None
+
+
+class _Resources:
+    """What a GuardedLoader must release (workers, watchdog thread, stack files), held apart from it so that
+    releasing it when the loader is garbage-collected needs no reference to the loader."""
+
+    def __init__(self) -> None:
+        self.inner: _Inner | None = None
+        self.dump_dir: str | None = None
+
+    def stack_dir(self) -> str:
+        if self.dump_dir is None:
+            self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-guard-")
+        return self.dump_dir
+
+    def release(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+            self.inner = None
+        if self.dump_dir is not None:
+            shutil.rmtree(self.dump_dir, ignore_errors=True)
+            self.dump_dir = None
+
+
+def _on_stall_of(guarded: GuardedLoader, inner: _Inner) -> Callable[[StallNotice], None]:
+    # The watchdog's thread holds this callback: a weak reference lets an abandoned loader be collected.
+    ref = weakref.ref(guarded)
+
+    def on_stall(notice: StallNotice) -> None:
+        loader = ref()
+        if loader is not None:
+            loader._stall(inner, notice)
+
+    return on_stall
+
+
+class GuardedLoader:
+    """Iterates like the DataLoader it guards, batch for batch, and never hangs forever on its workers.
+
+    Each epoch's batches are drawn once from the user's sampler (the batch plan). A watchdog declares a stall
+    when no batch comes for too long (`stall_timeout`: None for adaptive deadlines, seconds, or a
+    StallPolicy); the guard then takes the workers' stacks, kills them, and restarts one rung down the
+    fallback ladder at the first batch not yet delivered. A worker that dies (SIGKILL, OOM killer, segfault)
+    is met the same way. At most `max_restarts` restarts over the loader's life; past them a
+    LoaderDoctorError names the batch, the stuck frames and the settings tried. Every change is an event
+    on `events`, and logged. One epoch at a time: iter() ends the epoch before.
+
+    Without workers (num_workers=0) a stall is reported with the main thread's stack but not interrupted.
+    """
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        *,
+        stall_timeout: float | StallPolicy | None = None,
+        max_restarts: int = 3,
+        persistent_workers: bool | None = None,
+    ) -> None:
+        if not isinstance(loader, DataLoader):
+            kind = f"{type(loader).__module__}.{type(loader).__name__}"
+            raise UsageError(f"guard() expects a torch.utils.data.DataLoader, got {kind}")
+        check_resumable(loader)
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+            raise UsageError(f"max_restarts must be a whole number, 0 or more, not {max_restarts!r}")
+        self.loader = loader
+        self.policy = stall_policy(stall_timeout)
+        self.max_restarts = max_restarts
+        self.events: list[GuardEvent] = []
+        self.restarts = 0
+        self._spec = LoaderSpec.from_loader(loader)
+        self._explicit_start = self._spec.settings.start_method is not None
+        self._user_persistent = bool(loader.persistent_workers and loader.num_workers)
+        settings = self._spec.settings
+        if persistent_workers is not None and settings.num_workers:
+            settings = settings.replace(persistent_workers=persistent_workers)
+        self.settings = settings
+        self.tried: list[Settings] = []  # every Settings an iterator was started with, in order
+        self._epoch = -1
+        self._plan: list[Any] = []
+        self._position = 0  # the plan position of the next batch to deliver
+        self._active = False  # an epoch is under way
+        self._seed_state: torch.Tensor | None = None
+        self._slowest_wait_s = 0.0
+        self._picklable_result: bool | None = None
+        self._warned_fork = False
+        self._consumer = threading.current_thread()
+        self._last_stacks: list[WorkerStack] = []
+        self._resources = _Resources()
+        weakref.finalize(self, self._resources.release)
+        change = persistent_workers_change(settings, explicit=persistent_workers is False)
+        if change is not None:
+            self._apply(change)
+
+    # The DataLoader's own attributes (dataset, batch_size, sampler, ...) read through.
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._end_epoch()
+        self._epoch += 1
+        first = self._epoch == 0 and getattr(self.loader, "_iterator", None) is None
+        plan = draw_epoch_plan(self.loader, draws_base_seed=first or not self._user_persistent)
+        if plan.seed_state is not None:
+            self._seed_state = plan.seed_state
+        self._plan, self._position = plan.batches, 0
+        self._consumer = threading.current_thread()
+        self._active = True
+        self._open()
+        return _EpochIterator(self, self._epoch)
+
+    def close(self) -> None:
+        """End the workers now, persistent ones included; iterating again starts new ones."""
+        self._active = False
+        self._close_inner()
+        self._resources.release()
+
+    def __enter__(self) -> GuardedLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def _inner(self) -> _Inner | None:
+        return self._resources.inner
+
+    def _record(self, event: GuardEvent) -> None:
+        self.events.append(event)
+        log.log(logging.INFO if event.kind == "setting-changed" else logging.WARNING, "%s", event.message)
+
+    def _apply(self, change: SettingChange) -> None:
+        self.settings = change.apply(self.settings)
+        self._record(
+            GuardEvent(
+                "setting-changed",
+                max(self._epoch, 0),
+                self._position,
+                f"loaderdoctor guard: {change.setting} {change.before} -> {change.after}: {change.reason}",
+                {"setting": change.setting, "before": change.before, "after": change.after, "reason": change.reason},
+            )
+        )
+
+    def _picklable(self) -> bool:
+        """Whether the dataset and its functions can be sent to workers that do not fork (cached)."""
+        if self._picklable_result is None:
+            try:
+                pickled_bytes(self._spec, "forkserver")
+                self._picklable_result = True
+            except UsageError as error:
+                log.warning("loaderdoctor guard: fork is kept for its workers: %s", error)
+                self._picklable_result = False
+        return self._picklable_result
+
+    def _safe_start(self) -> None:
+        """Before workers start: forkserver instead of fork when forking now could hang them."""
+        facts = iterator_facts(self._epoch, self.settings.effective_start_method)
+        change = start_method_change(self.settings, facts, explicit=self._explicit_start)
+        if change is None:
+            return
+        if change.kept:
+            if not self._warned_fork:
+                self._warned_fork = True
+                warnings.warn(change.reason, LoaderDoctorWarning, stacklevel=5)  # the user's for/iter() line
+            return
+        if self._picklable():
+            self._apply(change)
+
+    def _build(self, settings: Settings) -> _Inner:
+        sampler = PlannedBatchSampler([], 0)
+        spec = self._spec
+        planned = {"batch_sampler": sampler} if spec.batch_sampler is not None else {"sampler": sampler}
+        # The internal loader draws its workers' base seed from a copy of the user's generator taken just
+        # before the plain DataLoader's draw: its workers get the seeds a plain DataLoader's would.
+        device = spec.generator.device if spec.generator is not None else torch.device("cpu")
+        generator = torch.Generator(device=device)
+        if self._seed_state is not None:
+            generator.set_state(self._seed_state)
+        spec = dataclasses.replace(spec, generator=generator, **planned)
+        hook = StackDumpHook(self._resources.stack_dir()) if settings.num_workers else None
+        loader = spec.build(settings, worker_hook=hook)
+        tap = Tap(loader, [], start_method=settings.effective_start_method)
+        tap.slowest_wait_s = self._slowest_wait_s
+        inner = _Inner(loader, sampler, settings, tap)
+        self._resources.inner = inner
+        return inner
+
+    def _start_iterator(self) -> None:
+        """Make the current internal loader's iterator deliver plan[position:], watched by a new watchdog."""
+        inner = self._inner
+        if inner is not None and (inner.stalled or inner.died):
+            # Noticed while the user was away from next(), or after the epoch before ended.
+            self._recover("stall" if inner.stalled else "worker-died", None)
+            inner = None
+        if self.settings.num_workers and (inner is None or inner.starts_workers()):
+            self._safe_start()
+        if inner is not None and inner.settings != self.settings:
+            self._close_inner()
+            inner = None
+        if inner is None:
+            inner = self._build(self.settings)
+        if not self.tried or self.tried[-1] != inner.settings:
+            self.tried.append(inner.settings)
+        inner.sampler.replan(self._plan, self._position)
+        inner.start = self._position
+        inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
+        children.arm(inner)
+        try:
+            inner.iterator = inner.tap.epoch(self._epoch)
+        finally:
+            children.disarm()
+        inner.pids = list(inner.iterator.pids)
+        children.watch(inner.pids, inner)
+        if inner.pids:
+            children.install()  # after torch's SIGCHLD handler, which the first iterator with workers sets
+
+    def _open(self) -> None:
+        while True:
+            try:
+                self._start_iterator()
+                return
+            except Exception as error:
+                kind = self._failure(self._inner, error)
+                if kind is None:
+                    self._active = False
+                    self._close_inner()
+                    raise
+                self._recover(kind, error)
+
+    def _next(self, epoch: int) -> Any:
+        if epoch != self._epoch:
+            raise UsageError(
+                f"this iterator of epoch {epoch} was ended by iter() of epoch {self._epoch}",
+                hint="a guarded loader runs one epoch at a time; use one iterator per epoch",
+            )
+        while True:
+            inner = self._inner
+            if not self._active or inner is None or inner.iterator is None:
+                raise StopIteration
+            if inner.stalled or inner.died:
+                self._recover("stall" if inner.stalled else "worker-died", None)
+                self._open()
+                continue
+            try:
+                children.arm(inner)
+                try:
+                    batch = next(inner.iterator)
+                finally:
+                    children.disarm()
+            except StopIteration:
+                self._end_epoch()
+                raise
+            except Exception as error:
+                kind = self._failure(inner, error)
+                if kind is None:
+                    self._position += 1  # the loader's own error (a sample that raised): that batch is spent
+                    raise
+                self._recover(kind, error)
+                self._open()
+                continue
+            self._position += 1
+            if inner.watchdog is not None and inner.watchdog.fired is not None and not inner.settings.num_workers:
+                # A main-process stall that ended by itself: watch the next batches again.
+                inner.watchdog.stop()
+                inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
+            return batch
+
+    def _end_epoch(self) -> None:
+        self._active = False
+        inner = self._inner
+        if inner is not None:
+            inner.stop_watching()
+            inner.end_iterator()
+            self._slowest_wait_s = max(self._slowest_wait_s, inner.tap.slowest_wait_s)
+
+    def _close_inner(self) -> None:
+        inner = self._inner
+        if inner is not None:
+            self._slowest_wait_s = max(self._slowest_wait_s, inner.tap.slowest_wait_s)
+            inner.close()
+            self._resources.inner = None
+
+    def _failure(self, inner: _Inner | None, error: BaseException) -> str | None:
+        """What the guard recovers from in `error`: "stall", "worker-died", or None (the user's to see)."""
+        if inner is None:
+            return None
+        if isinstance(error, children.GuardInterrupt) or inner.stalled:
+            return "stall"
+        if inner.settings.num_workers and isinstance(error, RuntimeError) and _TIMED_OUT in str(error):
+            # The user's own DataLoader(timeout=...) passed: a stall by their measure.
+            waited = self.policy.first_batch_s if inner.iterator is None else float(self._spec.timeout)
+            notice = StallNotice(
+                self._epoch, self._position - inner.start, waited, float(self._spec.timeout), str(error), inner.pids
+            )
+            self._stall(inner, notice)
+            return "stall"
+        if is_worker_death(error):
+            pids = dead_worker_pids(error)
+            if pids and not set(pids) & set(inner.pids):
+                return None  # another loader's worker
+            return "worker-died"
+        if inner.died:
+            return "worker-died"
+        if inner.settings.num_workers and _FROM_A_WORKER not in str(error):
+            dead = inner.dead_workers(_DEATH_GRACE_S)
+            if dead:
+                inner.died = (
+                    f"DataLoader worker (pid(s) {', '.join(map(str, dead))}) exited: {type(error).__name__}: {error}"
+                )
+                return "worker-died"
+        return None
+
+    def _stall(self, inner: _Inner, notice: StallNotice) -> None:
+        """From the watchdog's thread: take the stuck workers' stacks, record the stall, end the workers."""
+        if notice.pids:
+            stacks = dump_worker_stacks(notice.pids, self._resources.stack_dir())
+        else:
+            stacks = [thread_stack(self._consumer)]
+        self._last_stacks = stacks
+        batch = inner.start + notice.batch
+        where = _stuck_text(stacks)
+        if notice.pids:
+            then = f"ending workers {', '.join(map(str, notice.pids))} to restart"
+        else:
+            then = "loading runs in the main process, where the guard cannot interrupt it yet, so it waits on"
+        self._record(
+            GuardEvent(
+                "stall",
+                notice.epoch,
+                batch,
+                f"loaderdoctor guard: stall at epoch {notice.epoch}, batch {batch}: {notice.reason}; "
+                f"stuck at {where}; {then}",
+                {
+                    "waited_s": round(notice.waited_s, 3),
+                    "threshold_s": round(notice.threshold_s, 3),
+                    "reason": notice.reason,
+                    "pids": list(notice.pids),
+                    "settings": inner.settings.to_dict(),
+                    "stacks": [
+                        {
+                            "pid": s.pid,
+                            "stuck_frame": None if (frame := s.stuck_frame) is None else str(frame),
+                            "frames": [str(f) for f in s.frames],
+                        }
+                        for s in stacks
+                    ],
+                },
+            )
+        )
+        if notice.pids:
+            kill_workers(notice.pids)
+            # The blocked next() ends at once: by torch's SIGCHLD handler for forked workers, by this one for
+            # the others (torch would notice only at its next 5 s check).
+            children.interrupt(inner)
+
+    def _recover(self, kind: str, error: BaseException | None) -> None:
+        """End the failed iterator and step one rung down the ladder, or raise when no restart is left."""
+        inner = self._inner
+        failed = inner.settings if inner is not None else self.settings
+        if kind == "worker-died":
+            if error is not None and is_worker_death(error):
+                cause = str(error)
+            elif inner is not None and inner.died is not None:
+                cause = inner.died + (" (seen between batches)" if error is None else "")
+            else:
+                cause = f"{type(error).__name__}: {error}"
+            self._record(
+                GuardEvent(
+                    "worker-died",
+                    self._epoch,
+                    self._position,
+                    f"loaderdoctor guard: worker died at epoch {self._epoch}, batch {self._position}: {cause}",
+                    {"error": cause, "pids": dead_worker_pids(cause)},
+                )
+            )
+        self._close_inner()
+        rung = None
+        if self.restarts < self.max_restarts:
+            rung = next_rung(failed, kind, picklable=failed.effective_start_method != "fork" or self._picklable())
+        if rung is None:
+            self._active = False
+            raise self._gave_up(kind, error) from error
+        self.restarts += 1
+        self.settings = rung
+        self._record(
+            GuardEvent(
+                "restart",
+                self._epoch,
+                self._position,
+                f"loaderdoctor guard: restart {self.restarts} of at most {self.max_restarts} after a {kind}: "
+                f"epoch {self._epoch} resumes at batch {self._position} of {len(self._plan)} with "
+                f"{describe(rung)} (was {describe(failed)})",
+                {
+                    "reason": kind,
+                    "restart": self.restarts,
+                    "resume_at": self._position,
+                    "before": failed.to_dict(),
+                    "after": rung.to_dict(),
+                },
+            )
+        )
+
+    def _gave_up(self, kind: str, error: BaseException | None) -> LoaderDoctorError:
+        what = "a stall" if kind == "stall" else "a worker died"
+        tried = " -> ".join(describe(s) for s in self.tried) or describe(self.settings)
+        message = (
+            f"the guarded DataLoader gave up at epoch {self._epoch}, batch {self._position} of {len(self._plan)}: "
+            f"{what}, after {self.restarts} restart(s) (max_restarts={self.max_restarts}). Settings tried: {tried}."
+        )
+        if kind == "stall":
+            message += f" Stuck at: {_stuck_text(self._last_stacks)}."
+        elif error is not None:
+            message += f" Last error: {error}"
+        return LoaderDoctorError(
+            message,
+            hint="the stuck frame is where loading waits (a lock, a read that never returns, a library "
+            "deadlocked by fork): fix it there; or allow more restarts (max_restarts)",
+        )
+
+
+class _EpochIterator:
+    """One epoch of a GuardedLoader."""
+
+    def __init__(self, guarded: GuardedLoader, epoch: int) -> None:
+        self._guarded = guarded
+        self.epoch = epoch
+
+    def __iter__(self) -> _EpochIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self._guarded._next(self.epoch)
+
+    def __len__(self) -> int:
+        return len(self._guarded)

@@ -1,0 +1,85 @@
+"""The batch plan: an epoch's batches of indices, drawn once from the user's sampler, and a sampler that
+replays them from any batch on."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+from loaderdoctor.errors import UsageError
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What one epoch delivers, in order, and the random state its workers are seeded from."""
+
+    batches: list[Any]  # lists of indices; single indices when the loader does not collate (batch_size=None)
+    # The state of the generator that the plain DataLoader's iter() draws its workers' base seed from,
+    # just before that draw; None when the plain DataLoader would draw none this epoch.
+    seed_state: torch.Tensor | None
+
+
+def check_resumable(loader: DataLoader) -> None:
+    """Raise a UsageError unless the guard can replay `loader`'s epochs exactly (map-style datasets only)."""
+    dataset = loader.dataset
+    if not isinstance(dataset, IterableDataset):
+        return
+    kind = type(dataset).__name__
+    if callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None)):
+        raise UsageError(
+            f"the guard cannot resume the IterableDataset {kind} yet, although it offers "
+            "state_dict()/load_state_dict(): that support is planned, not built",
+            hint="use the plain DataLoader for it for now, or a map-style Dataset (__getitem__ and __len__)",
+        )
+    raise UsageError(
+        f"the guard cannot resume the IterableDataset {kind}: without state_dict()/load_state_dict() a restart "
+        "would repeat or drop samples",
+        hint="use a map-style Dataset (__getitem__ and __len__), or the plain DataLoader for this one",
+    )
+
+
+def draw_epoch_plan(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
+    """The next epoch of `loader`, drawn from its sampler exactly once.
+
+    A plain DataLoader's iter() first draws its workers' base seed from the loader's generator (the global
+    one when it has none), then its sampler draws the order: the plan makes the same draws in the same
+    order, so that it holds the batches the plain DataLoader would deliver with the same seed.
+    `draws_base_seed` says whether the plain DataLoader would create a new iterator this epoch (always but
+    for a later epoch of persistent workers).
+    """
+    check_resumable(loader)
+    seed_state = None
+    if draws_base_seed:
+        source = loader.generator if loader.generator is not None else torch.default_generator
+        seed_state = source.get_state()
+        torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+    sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    return EpochPlan(list(iter(sampler)), seed_state)
+
+
+class PlannedBatchSampler(Sampler):
+    """Yields plan[start:]: the batches of an epoch not yet delivered. Both may be changed between iter()
+    calls, so that a DataLoader with persistent workers can be given each epoch's plan."""
+
+    def __init__(self, plan: Sequence[Any], start: int = 0) -> None:
+        self.plan: Sequence[Any] = []
+        self.start = 0
+        self.replan(plan, start)
+
+    def replan(self, plan: Sequence[Any], start: int = 0) -> None:
+        if not 0 <= start <= len(plan):
+            raise ValueError(f"start {start} is outside a plan of {len(plan)} batches")
+        self.plan = plan
+        self.start = start
+
+    def __iter__(self) -> Iterator[Any]:
+        # islice binds the current plan now: a later replan() does not change an iteration under way.
+        return itertools.islice(self.plan, self.start, None)
+
+    def __len__(self) -> int:
+        return len(self.plan) - self.start

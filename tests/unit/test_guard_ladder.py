@@ -1,0 +1,96 @@
+"""The fallback ladder and the safe settings, as pure functions of Settings and host facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from loaderdoctor.guard.ladder import next_rung
+from loaderdoctor.guard.safe import fork_hazards, persistent_workers_change, start_method_change
+from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.settings import Settings
+
+
+def _walk(settings: Settings, **kwargs) -> list[tuple[int, str | None]]:
+    rungs = []
+    current: Settings | None = settings
+    while (current := next_rung(current, "stall", **kwargs)) is not None:
+        rungs.append((current.num_workers, current.start_method))
+    return rungs
+
+
+def test_the_ladder_goes_to_safer_start_methods_then_fewer_workers_then_none():
+    assert _walk(Settings(num_workers=4, start_method="fork", persistent_workers=True)) == [
+        (4, "forkserver"),
+        (4, "spawn"),
+        (2, "spawn"),
+        (1, "spawn"),
+        (0, None),
+    ]
+
+
+def test_the_ladder_starts_where_the_settings_are():
+    assert _walk(Settings(num_workers=3, start_method="spawn")) == [(1, "spawn"), (0, None)]
+    assert _walk(Settings(num_workers=0)) == []
+
+
+def test_workers_that_cannot_be_pickled_keep_their_start_method():
+    assert _walk(Settings(num_workers=2, start_method="fork"), picklable=False) == [(1, "fork"), (0, None)]
+
+
+def test_a_rung_keeps_the_other_settings():
+    rung = next_rung(Settings(num_workers=2, start_method="fork", persistent_workers=True, prefetch_factor=4), "stall")
+    assert rung == Settings(num_workers=2, start_method="forkserver", persistent_workers=True, prefetch_factor=4)
+    assert next_rung(Settings(num_workers=1, start_method="spawn", persistent_workers=True), "worker-died") == (
+        Settings(num_workers=0)
+    )
+
+
+def test_an_unknown_reason_is_refused():
+    with pytest.raises(ValueError, match="unknown failure reason 'oops'"):
+        next_rung(Settings(num_workers=2), "oops")
+
+
+def _facts(threads=(), cuda=False, inductor=False) -> IteratorFacts:
+    return IteratorFacts(0, "fork", list(threads), cuda, inductor)
+
+
+def test_persistent_workers_unless_the_user_said_false():
+    change = persistent_workers_change(Settings(num_workers=2), explicit=False)
+    assert change is not None and change.apply(Settings(num_workers=2)).persistent_workers
+    assert "persistent_workers=False" in change.reason
+    assert persistent_workers_change(Settings(num_workers=2), explicit=True) is None
+    assert persistent_workers_change(Settings(num_workers=0), explicit=False) is None
+    assert persistent_workers_change(Settings(num_workers=2, persistent_workers=True), explicit=False) is None
+
+
+def test_fork_hazards_name_what_fork_would_copy():
+    assert fork_hazards(_facts()) == []
+    hazards = fork_hazards(_facts(threads=["metrics"], cuda=True, inductor=True))
+    assert hazards == [
+        "1 other thread(s) alive in this process (metrics)",
+        "CUDA is initialised",
+        "torch.compile's inductor is loaded (it runs compile threads)",
+    ]
+
+
+def test_fork_becomes_forkserver_when_unsafe():
+    fork = Settings(num_workers=2, start_method="fork")
+    change = start_method_change(fork, _facts(threads=["metrics"]), explicit=False)
+    assert change is not None and not change.kept
+    assert change.apply(fork).start_method == "forkserver"
+    assert "1 other thread(s) alive" in change.reason
+    assert start_method_change(fork, _facts(), explicit=False) is None
+
+
+def test_an_explicit_fork_is_kept_and_said_to_be_unsafe():
+    fork = Settings(num_workers=2, start_method="fork")
+    change = start_method_change(fork, _facts(cuda=True), explicit=True)
+    assert change is not None and change.kept
+    assert change.apply(fork) == fork
+    assert "CUDA is initialised" in change.reason and "chosen explicitly" in change.reason
+
+
+def test_other_start_methods_and_no_workers_need_no_change():
+    facts = _facts(threads=["metrics"], cuda=True)
+    assert start_method_change(Settings(num_workers=2, start_method="spawn"), facts, explicit=False) is None
+    assert start_method_change(Settings(num_workers=0), facts, explicit=False) is None

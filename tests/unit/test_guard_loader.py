@@ -1,0 +1,234 @@
+"""The guarded loader without worker processes: same batches and len() as the plain one, options checked,
+errors of the dataset passed through; and the SIGCHLD handler's decisions."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from loaderdoctor.errors import UsageError
+from loaderdoctor.guard import DataLoader as GuardedDataLoader
+from loaderdoctor.guard import children, guard
+from loaderdoctor.guard.loader import stall_policy
+from loaderdoctor.tap import dead_worker_pids, is_worker_death
+from loaderdoctor.watchdog import StallPolicy
+
+
+class Pairs(Dataset):
+    def __len__(self) -> int:
+        return 21
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return torch.full((3,), float(index)), index
+
+
+class RaisesAt(Pairs):
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index == 5:
+            raise ValueError("sample 5 is broken")
+        return super().__getitem__(index)
+
+
+class SlowOnceAt(Pairs):
+    """Sleeps at one index the first time: a main-process stall that ends by itself."""
+
+    def __init__(self) -> None:
+        self.slept = False
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index == 6 and not self.slept:
+            self.slept = True
+            time.sleep(1.6)  # the line the stall is reported at
+        return super().__getitem__(index)
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):
+        return iter(range(3))
+
+
+def _loader(dataset: Dataset | None = None, seed: int = 4, **kwargs) -> DataLoader:
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(dataset or Pairs(), batch_size=4, shuffle=True, generator=generator, **kwargs)
+
+
+def _same(a, b) -> bool:
+    return all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b, strict=True))
+
+
+def test_without_faults_the_guarded_loader_yields_what_the_plain_one_does():
+    plain = _loader()
+    expected = [list(plain) for _ in range(3)]
+    with guard(_loader()) as guarded:
+        got = [list(guarded) for _ in range(3)]
+        assert guarded.events == [] and guarded.restarts == 0
+    assert all(_same(g, e) for g, e in zip(got, expected, strict=True))
+
+
+def test_len_and_the_loaders_attributes_are_the_users():
+    user = _loader(drop_last=True)
+    with guard(user) as guarded:
+        assert len(guarded) == len(user) == 5
+        assert guarded.dataset is user.dataset and guarded.batch_size == 4 and guarded.sampler is user.sampler
+
+
+def test_the_drop_in_dataloader_takes_the_same_arguments():
+    with GuardedDataLoader(Pairs(), batch_size=5, stall_timeout=3.0, max_restarts=1) as guarded:
+        batches = list(guarded)
+        assert [b[1].tolist() for b in batches] == [list(range(i, min(i + 5, 21))) for i in range(0, 21, 5)]
+        assert guarded.policy.floor_s == 3.0 and guarded.max_restarts == 1
+
+
+def test_iter_and_next_work_as_with_a_plain_loader():
+    with guard(DataLoader(Pairs(), batch_size=None)) as g:
+        iterator = iter(g)
+        first = next(iterator)
+        assert first[1] == 0 and torch.equal(first[0], torch.zeros(3))
+        assert len(list(iterator)) == 20
+        with pytest.raises(StopIteration):
+            next(iterator)
+
+
+def test_a_new_epoch_ends_the_iterator_of_the_one_before():
+    with guard(_loader()) as guarded:
+        old = iter(guarded)
+        next(old)
+        new = iter(guarded)
+        assert len(list(new)) == 6
+        with pytest.raises(UsageError, match="ended by iter\\(\\) of epoch 1"):
+            next(old)
+
+
+def test_a_dataset_error_reaches_the_user_and_the_epoch_goes_on():
+    plain = DataLoader(RaisesAt(), batch_size=4)
+    with guard(DataLoader(RaisesAt(), batch_size=4)) as guarded:
+        iterator, expected = iter(guarded), iter(plain)
+        assert next(iterator)[1].tolist() == next(expected)[1].tolist() == [0, 1, 2, 3]
+        with pytest.raises(ValueError, match="sample 5 is broken"):
+            next(iterator)
+        assert [b[1].tolist() for b in iterator] == [[8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19], [20]]
+        assert guarded.events == []
+
+
+def test_a_main_process_stall_is_recorded_with_its_stack_and_waited_out(caplog):
+    caplog.set_level(logging.WARNING, logger="loaderdoctor")
+    with guard(DataLoader(SlowOnceAt(), batch_size=4), stall_timeout=StallPolicy(floor_s=0.5)) as guarded:
+        batches = list(guarded)
+        (stall,) = guarded.events
+    assert [i for b in batches for i in b[1].tolist()] == list(range(21))
+    assert stall.kind == "stall" and stall.batch == 1 and stall.detail["pids"] == []
+    assert stall.detail["stacks"][0]["stuck_frame"].endswith("in __getitem__")
+    assert "cannot interrupt it yet" in stall.message
+    assert any("stall at epoch 0, batch 1" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"stall_timeout": 0}, "stall_timeout must be a number of seconds above 0"),
+        ({"stall_timeout": "5"}, "stall_timeout must be"),
+        ({"max_restarts": -1}, "max_restarts must be a whole number, 0 or more, not -1"),
+        ({"max_restarts": 1.5}, "max_restarts must be"),
+    ],
+)
+def test_bad_options_are_usage_errors(options, words):
+    with pytest.raises(UsageError, match=words):
+        guard(_loader(), **options)
+
+
+def test_only_dataloaders_of_map_style_datasets_are_guarded():
+    with pytest.raises(UsageError, match=r"expects a torch\.utils\.data\.DataLoader, got builtins\.list"):
+        guard([1, 2, 3])
+    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream"):
+        guard(DataLoader(_Stream()))
+
+
+def test_stall_timeout_sets_both_deadlines_or_the_whole_policy():
+    assert stall_policy(None) == StallPolicy()
+    assert stall_policy(2) == StallPolicy(floor_s=2.0, first_batch_s=2.0)
+    policy = StallPolicy(floor_s=1.0, first_batch_s=30.0)
+    assert stall_policy(policy) is policy
+
+
+def test_persistent_workers_are_turned_on_and_said_once(caplog):
+    caplog.set_level(logging.INFO, logger="loaderdoctor")
+    with guard(_loader(num_workers=2)) as guarded:  # not iterated: no worker starts
+        (event,) = guarded.events
+        assert event.kind == "setting-changed" and event.detail["setting"] == "persistent_workers"
+        assert guarded.settings.persistent_workers
+    assert sum("persistent_workers False -> True" in r.getMessage() for r in caplog.records) == 1
+    with GuardedDataLoader(Pairs(), batch_size=4, num_workers=2, persistent_workers=False) as kept:
+        assert kept.events == [] and not kept.settings.persistent_workers
+
+
+# The SIGCHLD handler, driven by hand: torch's handler is a function that raises what torch would.
+
+
+class _Owner:
+    def __init__(self) -> None:
+        self.died: str | None = None
+        self.interrupt_requested = False
+
+
+def _torch_says(message: str):
+    def handler(signum, frame):
+        raise RuntimeError(message)
+
+    return handler
+
+
+@pytest.fixture
+def handler_state(monkeypatch):
+    monkeypatch.setattr(children, "_owners", {})
+    monkeypatch.setattr(children, "_armed", None)
+    monkeypatch.setattr(children, "_previous", None)
+    return children
+
+
+def test_a_guarded_workers_death_outside_next_is_kept_for_later(handler_state):
+    owner = _Owner()
+    children.watch([41, 42], owner)
+    children._previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Killed. ")
+    children._on_sigchld(17, None)  # no raise: the user's code is running
+    assert owner.died == "DataLoader worker (pid 42) is killed by signal: Killed. "
+
+
+def test_a_guarded_workers_death_inside_its_next_raises_there(handler_state):
+    owner = _Owner()
+    children.watch([42], owner)
+    children._armed = owner
+    children._previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Segmentation fault. ")
+    with pytest.raises(RuntimeError, match="Segmentation fault"):
+        children._on_sigchld(17, None)
+
+
+def test_another_loaders_worker_death_raises_as_before(handler_state):
+    owner = _Owner()
+    children.watch([42], owner)
+    children._previous = _torch_says("DataLoader worker (pid 7) is killed by signal: Killed. ")
+    with pytest.raises(RuntimeError, match="pid 7"):
+        children._on_sigchld(17, None)
+    assert owner.died is None
+
+
+def test_an_interrupt_ends_only_the_armed_next(handler_state):
+    owner = _Owner()
+    owner.interrupt_requested = True
+    children._on_sigchld(17, None)  # not armed: nothing
+    children._armed = owner
+    with pytest.raises(children.GuardInterrupt):
+        children._on_sigchld(17, None)
+    assert not owner.interrupt_requested
+    children._on_sigchld(17, None)  # once
+
+
+def test_worker_death_messages_name_their_pids():
+    assert dead_worker_pids(RuntimeError("DataLoader worker (pid(s) 12, 13) exited unexpectedly")) == [12, 13]
+    assert dead_worker_pids("DataLoader worker (pid 9) exited unexpectedly with exit code 1.") == [9]
+    assert dead_worker_pids(RuntimeError("Pin memory thread exited unexpectedly")) == []
+    assert is_worker_death(RuntimeError("DataLoader worker (pid 9) is killed by signal: Killed."))
+    assert not is_worker_death(ValueError("is killed by signal"))

@@ -1,0 +1,121 @@
+"""The batch plan holds the batches a plain DataLoader delivers with the same seed, and replays any suffix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
+
+from loaderdoctor.errors import UsageError
+from loaderdoctor.guard.plan import PlannedBatchSampler, check_resumable, draw_epoch_plan
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):
+        return iter(range(5))
+
+
+class _ResumableStream(_Stream):
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def _plain_epochs(make, epochs: int) -> list[list]:
+    loader = make()
+    return [[b.tolist() for b in loader] for _ in range(epochs)]
+
+
+def _plan_epochs(make, epochs: int) -> list[list]:
+    loader = make()
+    return [[list(b) for b in draw_epoch_plan(loader, draws_base_seed=True).batches] for _ in range(epochs)]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_shuffled_plan_is_the_plain_loaders_order_epoch_after_epoch(drop_last):
+    def make() -> DataLoader:
+        generator = torch.Generator().manual_seed(7)
+        return DataLoader(list(range(23)), batch_size=4, shuffle=True, drop_last=drop_last, generator=generator)
+
+    assert _plan_epochs(make, 3) == _plain_epochs(make, 3)
+
+
+def test_without_a_generator_the_plan_follows_the_global_seed():
+    def make() -> DataLoader:
+        torch.manual_seed(11)
+        return DataLoader(list(range(10)), batch_size=3, shuffle=True)
+
+    assert _plan_epochs(make, 2) == _plain_epochs(make, 2)
+
+
+def test_skipping_the_base_seed_draw_is_what_persistent_workers_do_after_the_first_epoch():
+    loader = DataLoader(list(range(10)), batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(3))
+    plan = draw_epoch_plan(loader, draws_base_seed=False)
+    again = torch.Generator().manual_seed(3)
+    expected = torch.randperm(10, generator=again).tolist()
+    assert plan.seed_state is None
+    assert [i for batch in plan.batches for i in batch] == expected
+
+
+def test_the_seed_state_replays_the_plain_loaders_base_seed():
+    generator = torch.Generator().manual_seed(5)
+    loader = DataLoader(list(range(6)), batch_size=2, shuffle=True, generator=generator)
+    plan = draw_epoch_plan(loader, draws_base_seed=True)
+    copy = torch.Generator().set_state(plan.seed_state)
+    expected = torch.empty((), dtype=torch.int64).random_(generator=torch.Generator().manual_seed(5)).item()
+    assert torch.empty((), dtype=torch.int64).random_(generator=copy).item() == expected
+
+
+def test_a_batch_sampler_of_the_users_own_is_planned_as_it_yields():
+    sampler = BatchSampler(SequentialSampler(range(7)), batch_size=3, drop_last=False)
+    loader = DataLoader(list(range(7)), batch_sampler=sampler)
+    assert draw_epoch_plan(loader, draws_base_seed=True).batches == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_without_auto_collation_the_plan_holds_single_indices():
+    def make() -> DataLoader:
+        return DataLoader(list(range(5)), batch_size=None, shuffle=True, generator=torch.Generator().manual_seed(1))
+
+    expected = [int(x) for x in make()]
+    assert draw_epoch_plan(make(), draws_base_seed=True).batches == expected
+
+
+def test_the_planned_sampler_yields_the_batches_from_start_on():
+    plan = [[0, 1], [2, 3], [4, 5]]
+    sampler = PlannedBatchSampler(plan, 1)
+    assert list(sampler) == [[2, 3], [4, 5]]
+    assert len(sampler) == 2
+    sampler.replan([[9]], 0)
+    assert list(sampler) == [[9]] and len(sampler) == 1
+    assert list(PlannedBatchSampler(plan, 3)) == []
+
+
+def test_an_iteration_under_way_keeps_its_plan():
+    sampler = PlannedBatchSampler([[0], [1], [2]])
+    iterator = iter(sampler)
+    assert next(iterator) == [0]
+    sampler.replan([[7], [8]], 0)
+    assert list(iterator) == [[1], [2]]
+
+
+@pytest.mark.parametrize("start", [-1, 4])
+def test_a_start_outside_the_plan_is_refused(start):
+    with pytest.raises(ValueError, match="outside a plan of 3 batches"):
+        PlannedBatchSampler([[0], [1], [2]], start)
+
+
+def test_a_planned_sampler_drives_a_dataloader():
+    loader = DataLoader(list(range(10, 20)), batch_sampler=PlannedBatchSampler([[0, 1], [5], [9, 8]], 1))
+    assert [b.tolist() for b in loader] == [[15], [19, 18]]
+
+
+def test_an_iterable_dataset_is_refused_with_a_reason():
+    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream: without state_dict"):
+        check_resumable(DataLoader(_Stream(), batch_size=2))
+
+
+def test_a_resumable_iterable_dataset_is_refused_as_not_built_yet():
+    with pytest.raises(UsageError, match="offers state_dict\\(\\)/load_state_dict\\(\\): that support is planned"):
+        draw_epoch_plan(DataLoader(_ResumableStream(), batch_size=2), draws_base_seed=True)
