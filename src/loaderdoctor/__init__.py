@@ -2,7 +2,7 @@
 
 from loaderdoctor.check import check
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
-from loaderdoctor.guard import DataLoader, GuardedLoader, guard
+from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.report import Finding, Report, Verification
 from loaderdoctor.settings import Settings
@@ -22,5 +22,9 @@ __all__ = [
     "Workload",
     "check",
     "guard",
+    "is_patched",
+    "patch",
+    "patched",
+    "unpatch",
 ]
 __version__ = "0.1.0"

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch.utils.data
+from torch.utils.data.dataloader import DataLoader as _TorchDataLoader  # torch's own, even while patch() is on
 
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.loader import GuardedLoader
+from loaderdoctor.guard.patch import is_patched, patch, patched, unpatch
 from loaderdoctor.watchdog import StallPolicy
 
-__all__ = ["DataLoader", "GuardEvent", "GuardedLoader", "guard"]
+__all__ = ["DataLoader", "GuardEvent", "GuardedLoader", "guard", "is_patched", "patch", "patched", "unpatch"]
 
 
 def guard(
@@ -19,6 +21,8 @@ def guard(
     stall_timeout: float | StallPolicy | None = None,
     max_restarts: int = 3,
     persistent_workers: bool | None = None,
+    on_sample_error: str = "raise",
+    max_bad_fraction: float = 0.01,
 ) -> GuardedLoader:
     """`loader`, guarded: the same batches in the same order, its stalls and dead workers recovered from.
 
@@ -26,9 +30,18 @@ def guard(
     batch and the later ones, or a StallPolicy. max_restarts: restarts allowed over the loader's life.
     persistent_workers: None turns them on (a loader object cannot tell an explicit False from the
     default); False keeps workers that restart every epoch.
+    on_sample_error: "raise" (a sample that raises fails its batch with an error of its own class naming its
+    index) or "skip" (it is replaced by the next index that loads, and recorded; see guard/samples.py).
+    max_bad_fraction: under "skip", the share of bad samples past which the run ends with an error (taken of
+    at least 100 samples, over the loader's life).
     """
     return GuardedLoader(
-        loader, stall_timeout=stall_timeout, max_restarts=max_restarts, persistent_workers=persistent_workers
+        loader,
+        stall_timeout=stall_timeout,
+        max_restarts=max_restarts,
+        persistent_workers=persistent_workers,
+        on_sample_error=on_sample_error,
+        max_bad_fraction=max_bad_fraction,
     )
 
 
@@ -36,13 +49,17 @@ def DataLoader(  # named like the class it stands in for
     *args: Any,
     stall_timeout: float | StallPolicy | None = None,
     max_restarts: int = 3,
+    on_sample_error: str = "raise",
+    max_bad_fraction: float = 0.01,
     **kwargs: Any,
 ) -> GuardedLoader:
     """A torch.utils.data.DataLoader made from the same arguments, guarded (see guard())."""
-    loader = torch.utils.data.DataLoader(*args, **kwargs)
+    loader = _TorchDataLoader(*args, **kwargs)
     return guard(
         loader,
         stall_timeout=stall_timeout,
         max_restarts=max_restarts,
         persistent_workers=kwargs.get("persistent_workers"),
+        on_sample_error=on_sample_error,
+        max_bad_fraction=max_bad_fraction,
     )

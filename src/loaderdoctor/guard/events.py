@@ -1,4 +1,4 @@
-"""The guard's events: plain records of every setting change, stall, worker death and restart."""
+"""The guard's events: plain records of every setting change, stall, worker death, restart and skipped sample."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-EVENT_KINDS = ("setting-changed", "stall", "worker-died", "restart")
+EVENT_KINDS = ("setting-changed", "stall", "worker-died", "restart", "sample-skipped")
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class GuardEvent:
 
     kind: str  # one of EVENT_KINDS
     epoch: int
-    batch: int  # the epoch's first batch not yet delivered when it happened
+    batch: int  # the epoch's first batch not yet delivered when it happened (sample-skipped: the sample's batch)
     message: str
     detail: dict[str, Any] = field(default_factory=dict)
 

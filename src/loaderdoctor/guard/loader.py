@@ -23,6 +23,13 @@ from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.ladder import next_rung
 from loaderdoctor.guard.plan import PlannedBatchSampler, check_resumable, draw_epoch_plan
 from loaderdoctor.guard.safe import SettingChange, persistent_workers_change, start_method_change
+from loaderdoctor.guard.samples import (
+    MIN_SAMPLES_FOR_FRACTION,
+    ON_SAMPLE_ERROR,
+    GuardedSamples,
+    SkipReports,
+    TaggedPlan,
+)
 from loaderdoctor.host import iterator_facts
 from loaderdoctor.probe import pickled_bytes
 from loaderdoctor.recording import WorkerStack
@@ -38,6 +45,7 @@ _FROM_A_WORKER = "in DataLoader worker process"  # torch's re-raise of an except
 # A worker's death also shows as other errors (a batch whose shared memory cannot be fetched from it any more:
 # ConnectionResetError, EOFError...); give a dying worker this long to be seen dead before blaming the user.
 _DEATH_GRACE_S = 0.5
+_INDICES_SHOWN = 20  # bad sample indices named in the error that ends a run with too many
 
 
 def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
@@ -51,6 +59,16 @@ def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
             f"stall_timeout must be a number of seconds above 0, a StallPolicy or None, not {stall_timeout!r}"
         )
     return StallPolicy(floor_s=float(stall_timeout), first_batch_s=float(stall_timeout))
+
+
+def _check_sample_options(on_sample_error: str, max_bad_fraction: float) -> None:
+    if on_sample_error not in ON_SAMPLE_ERROR:
+        raise UsageError(
+            f"on_sample_error must be one of {', '.join(map(repr, ON_SAMPLE_ERROR))}, not {on_sample_error!r}"
+        )
+    number = isinstance(max_bad_fraction, int | float) and not isinstance(max_bad_fraction, bool)
+    if not number or not 0 <= max_bad_fraction <= 1:
+        raise UsageError(f"max_bad_fraction must be a number from 0 to 1, not {max_bad_fraction!r}")
 
 
 def describe(settings: Settings) -> str:
@@ -73,11 +91,20 @@ def _stuck_text(stacks: list[WorkerStack]) -> str:
 class _Inner:
     """One internal DataLoader at one Settings: its planned sampler, its tap, and its current iterator."""
 
-    def __init__(self, loader: DataLoader, sampler: PlannedBatchSampler, settings: Settings, tap: Tap) -> None:
+    def __init__(
+        self,
+        loader: DataLoader,
+        sampler: PlannedBatchSampler,
+        settings: Settings,
+        tap: Tap,
+        reports: SkipReports | None = None,
+    ) -> None:
         self.loader = loader
         self.sampler = sampler
         self.settings = settings
         self.tap = tap
+        self.reports = reports  # the replaced samples' reports, under on_sample_error="skip"
+        self.iteration = 0  # the guard's number for the current iterator, which tags its requests
         self.iterator: TapIterator | None = None
         self.watchdog: Watchdog | None = None
         self.start = 0  # the plan position of the current iterator's first batch
@@ -177,6 +204,13 @@ class GuardedLoader:
     LoaderDoctorError names the batch, the stuck frames and the settings tried. Every change is an event
     on `events`, and logged. One epoch at a time: iter() ends the epoch before.
 
+    A sample the dataset fails to load (see guard/samples.py for the exact rules): with
+    on_sample_error="raise" the batch raises an error of the sample's own exception class naming its index,
+    with the original traceback; with "skip" it is replaced by the next index that loads, a "sample-skipped"
+    event records it and `skipped` lists its index, and once more than `max_bad_fraction` of the samples seen
+    (taken of at least MIN_SAMPLES_FOR_FRACTION samples, over the loader's life) failed, a LoaderDoctorError
+    naming them ends the run.
+
     Without workers (num_workers=0) a stall is reported with the main thread's stack but not interrupted.
     """
 
@@ -187,6 +221,8 @@ class GuardedLoader:
         stall_timeout: float | StallPolicy | None = None,
         max_restarts: int = 3,
         persistent_workers: bool | None = None,
+        on_sample_error: str = "raise",
+        max_bad_fraction: float = 0.01,
     ) -> None:
         if not isinstance(loader, DataLoader):
             kind = f"{type(loader).__module__}.{type(loader).__name__}"
@@ -194,11 +230,18 @@ class GuardedLoader:
         check_resumable(loader)
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise UsageError(f"max_restarts must be a whole number, 0 or more, not {max_restarts!r}")
+        _check_sample_options(on_sample_error, max_bad_fraction)
         self.loader = loader
         self.policy = stall_policy(stall_timeout)
         self.max_restarts = max_restarts
         self.events: list[GuardEvent] = []
         self.restarts = 0
+        self.on_sample_error = on_sample_error
+        self.max_bad_fraction = float(max_bad_fraction)
+        # The index of every sample replaced, in the order delivered: once each time it is met.
+        self.skipped: list[int] = []
+        self._samples_seen = 0  # samples delivered, over the loader's life, under on_sample_error="skip"
+        self._iterations = 0
         self._spec = LoaderSpec.from_loader(loader)
         self._explicit_start = self._spec.settings.start_method is not None
         self._user_persistent = bool(loader.persistent_workers and loader.num_workers)
@@ -314,10 +357,12 @@ class GuardedLoader:
             generator.set_state(self._seed_state)
         spec = dataclasses.replace(spec, generator=generator, **planned)
         hook = StackDumpHook(self._resources.stack_dir()) if settings.num_workers else None
-        loader = spec.build(settings, worker_hook=hook)
+        reports = SkipReports(self._resources.stack_dir()) if self.on_sample_error == "skip" else None
+        dataset = GuardedSamples(spec.dataset, None if reports is None else reports.path)
+        loader = spec.build(settings, dataset=dataset, worker_hook=hook)
         tap = Tap(loader, [], start_method=settings.effective_start_method)
         tap.slowest_wait_s = self._slowest_wait_s
-        inner = _Inner(loader, sampler, settings, tap)
+        inner = _Inner(loader, sampler, settings, tap, reports)
         self._resources.inner = inner
         return inner
 
@@ -337,7 +382,11 @@ class GuardedLoader:
             inner = self._build(self.settings)
         if not self.tried or self.tried[-1] != inner.settings:
             self.tried.append(inner.settings)
-        inner.sampler.replan(self._plan, self._position)
+        self._iterations += 1
+        inner.iteration = self._iterations
+        inner.sampler.replan(
+            self._plan if inner.reports is None else TaggedPlan(self._plan, inner.iteration), self._position
+        )
         inner.start = self._position
         inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
         children.arm(inner)
@@ -399,7 +448,39 @@ class GuardedLoader:
                 # A main-process stall that ended by itself: watch the next batches again.
                 inner.watchdog.stop()
                 inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
+            if inner.reports is not None:
+                self._count_samples(inner, self._position - 1)
             return batch
+
+    def _count_samples(self, inner: _Inner, position: int) -> None:
+        """Record the samples replaced in the batch at `position`, just delivered; end the run when too many
+        of the samples seen so far were bad."""
+        planned = self._plan[position]
+        self._samples_seen += len(planned) if self._spec.batch_sampler is not None else 1
+        for report in inner.reports.take((inner.iteration, position)):
+            index = report["index"]
+            self.skipped.append(index)
+            self._record(
+                GuardEvent(
+                    "sample-skipped",
+                    self._epoch,
+                    position,
+                    f"loaderdoctor guard: sample {index} skipped at epoch {self._epoch}, batch {position}: "
+                    f"{report['error_type']}: {report['message']}; sample {report['replacement']} loaded in "
+                    "its place",
+                    {
+                        "index": index,
+                        "replacement": report["replacement"],
+                        "error_type": report["error_type"],
+                        "message": report["message"],
+                        "traceback": report["traceback"],
+                    },
+                )
+            )
+        allowed = self.max_bad_fraction * max(self._samples_seen, MIN_SAMPLES_FOR_FRACTION)
+        if len(self.skipped) > allowed:
+            self._end_epoch()
+            raise self._too_many_bad(position)
 
     def _end_epoch(self) -> None:
         self._active = False
@@ -534,6 +615,21 @@ class GuardedLoader:
                     "after": rung.to_dict(),
                 },
             )
+        )
+
+    def _too_many_bad(self, position: int) -> LoaderDoctorError:
+        bad, seen = len(self.skipped), self._samples_seen
+        shown = ", ".join(map(str, self.skipped[:_INDICES_SHOWN]))
+        if bad > _INDICES_SHOWN:
+            shown += f" and {bad - _INDICES_SHOWN} more (loader.skipped lists them all)"
+        last = self.events[-1].detail
+        return LoaderDoctorError(
+            f"the guarded DataLoader stopped at epoch {self._epoch}, batch {position}: {bad} of the {seen} samples "
+            f"seen failed to load, more than max_bad_fraction={self.max_bad_fraction:g} allows (taken of at "
+            f"least {MIN_SAMPLES_FOR_FRACTION} samples). Bad indices: {shown}. Last error: "
+            f"dataset[{last['index']}] raised {last['error_type']}: {last['message']}",
+            hint="each sample-skipped event on loader.events holds its error and traceback: fix or remove those "
+            "samples, or allow a larger share with max_bad_fraction",
         )
 
     def _gave_up(self, kind: str, error: BaseException | None) -> LoaderDoctorError:

@@ -1,0 +1,220 @@
+"""Bad samples under the guard: the dataset wrapper that names or replaces a sample that raises, and the
+reader of the replacements it reports.
+
+on_sample_error="raise": a batch whose samples raise fails with an error of the first failing sample's own
+exception class (a ValueError stays a ValueError, so `except ValueError` still catches it), whose message names
+every failing index, e.g. "dataset[5] raised ValueError: bad sample 5". The error is made where the sample was
+loaded and chained (`raise ... from`) to the original, so the original traceback is kept: printed as the cause
+when loading runs in the main process, and inside torch's "Caught ValueError in DataLoader worker process 0.
+Original Traceback..." text from a worker (torch re-creates a worker's error from its class and that text).
+A class that cannot be made from a message alone (its constructor needs other arguments) gives a
+SampleFailure (loaderdoctor.indexed) instead, with the same message and chain. A plain subclass of both
+SampleFailure and the user's class was not chosen: torch carries a worker's error to the main process by its
+class, which must be importable there, and such a class made on the fly is not.
+
+on_sample_error="skip": a sample that raises is replaced by the next dataset index that loads, counting up
+and wrapping at len(dataset): dataset[i] -> dataset[(i + 1) % n], then (i + 2) % n, ..., at most
+MAX_REPLACEMENT_TRIES of them (past them, the batch fails as in "raise"). The rule reads neither the seed nor
+the rank, so it is the same on every DDP rank and every rerun as long as a sample's failure is itself
+repeatable; batches keep their size. It needs integer indices (any sampler over a Dataset with __len__);
+other indices fail as in "raise". The replacement is made in the process that loads the batch, and reported
+through a small file in the guard's temporary folder (a record per replaced sample, one write each), not in
+the batch: the batch stays exactly what the user's collate_fn makes of the samples. Each request the guard's
+sampler sends carries a tag (iteration, plan position), so that a report is matched to the batch delivered,
+and reports of batches loaded ahead but never delivered (a restart, an epoch left early) are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import tempfile
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from loaderdoctor.indexed import IndexedDataset, SampleFailure, parse_sample_failures
+
+ON_SAMPLE_ERROR = ("raise", "skip")
+MAX_REPLACEMENT_TRIES = 64
+# The bad share is taken of at least this many samples: early in a run one bad sample in a few dozen is not
+# yet a share, so before MIN_SAMPLES_FOR_FRACTION samples are seen up to max_bad_fraction * that many may fail.
+MIN_SAMPLES_FOR_FRACTION = 100
+
+Tag = tuple[int, int]  # (the guard's iterator number, the plan position of the batch)
+
+
+class Request:
+    """An index (or a batch of them) as the guard's sampler sends it to the loading process, with its tag."""
+
+    __slots__ = ("index", "tag")
+
+    def __init__(self, index: Any, tag: Tag) -> None:
+        self.index = index
+        self.tag = tag
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Request, (self.index, self.tag))
+
+
+class TaggedPlan(Sequence):
+    """An epoch's plan whose items are Requests tagged with the iterator number and their plan position."""
+
+    def __init__(self, plan: Sequence[Any], iteration: int) -> None:
+        self.plan = plan
+        self.iteration = iteration
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, position: int) -> Request:  # type: ignore[override]
+        return Request(self.plan[position], (self.iteration, position))
+
+    def __iter__(self) -> Iterator[Request]:
+        return (Request(item, (self.iteration, position)) for position, item in enumerate(self.plan))
+
+
+def in_original_type(failure: SampleFailure) -> BaseException:
+    """The error to raise for samples that failed: of the first one's own class with the failure's message
+    (naming every failing index), or the SampleFailure itself when that class cannot be made so."""
+    original = failure.__cause__
+    if original is None or isinstance(original, SampleFailure):
+        return failure
+    try:
+        error = type(original)(str(failure))
+    except Exception:
+        return failure
+    named = [index for index, _, _ in parse_sample_failures(error)]
+    return error if named == [index for index, _, _ in parse_sample_failures(failure)] else failure
+
+
+class GuardedSamples(IndexedDataset):
+    """The user's dataset as the guard's internal loader reads it: samples pass through; one that raises is
+    named in the error (untagged requests) or replaced and reported (Requests, under on_sample_error="skip").
+
+    Attributes set on it (a worker_init_fn setting get_worker_info().dataset.handle = ...) go to the user's
+    dataset, as reading them does.
+    """
+
+    _OWN = frozenset({"inner", "report_path"})
+
+    def __init__(self, inner: Any, report_path: str | None = None) -> None:
+        super().__init__(inner)
+        self.report_path = report_path  # where replacements are reported; None: no replacing
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, Request):
+            if self.report_path is not None:
+                return self._sample_or_replacement(index.index, index.tag)
+            index = index.index
+        try:
+            return super().__getitem__(index)
+        except SampleFailure as failure:
+            raise in_original_type(failure) from failure.__cause__
+
+    def __getitems__(self, indices: Any) -> list[Any]:
+        tag = None
+        if isinstance(indices, Request):
+            indices, tag = indices.index, indices.tag
+        if tag is None or self.report_path is None:
+            try:
+                return super().__getitems__(indices)
+            except SampleFailure as failure:
+                raise in_original_type(failure) from failure.__cause__
+        if hasattr(self.inner, "__getitems__"):
+            # The dataset loads whole batches: let it, unless a sample fails; then one by one below.
+            try:
+                return self.inner.__getitems__(indices)
+            except Exception:
+                pass
+        return [self._sample_or_replacement(index, tag) for index in indices]
+
+    def _sample_or_replacement(self, index: Any, tag: Tag) -> Any:
+        try:
+            return super().__getitem__(index)
+        except SampleFailure as failure:
+            found = self._replacement(index)
+            if found is None:
+                raise in_original_type(failure) from failure.__cause__
+            replacement, sample = found
+            self._report(tag, index, replacement, failure)
+            return sample
+
+    def _replacement(self, index: Any) -> tuple[int, Any] | None:
+        """(the replacing index, its sample) by the rule in this module's docstring, or None."""
+        try:
+            start = operator.index(index)
+        except TypeError:
+            return None
+        try:
+            size: int | None = len(self.inner)
+        except TypeError:
+            size = None
+        tries = MAX_REPLACEMENT_TRIES if size is None else min(MAX_REPLACEMENT_TRIES, size - 1)
+        for step in range(1, tries + 1):
+            candidate = start + step if size is None else (start + step) % size
+            try:
+                return candidate, self.inner[candidate]
+            except Exception:
+                continue
+        return None
+
+    def _report(self, tag: Tag, index: Any, replacement: int, failure: SampleFailure) -> None:
+        (_, error_type, message), *_ = parse_sample_failures(failure)
+        record = {
+            "tag": list(tag),
+            "index": operator.index(index),
+            "replacement": replacement,
+            "error_type": error_type,
+            "message": message,
+            "traceback": "".join(traceback.format_exception(failure.__cause__ or failure)),
+        }
+        line = (json.dumps(record) + "\n").encode()
+        # One write on a file opened for appending: the records of several workers never interleave.
+        descriptor = os.open(self.report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(descriptor, line)
+        finally:
+            os.close(descriptor)
+
+
+class SkipReports:
+    """The main process's side of the reports: the replacements of each delivered batch, by its tag."""
+
+    def __init__(self, folder: str) -> None:
+        descriptor, self.path = tempfile.mkstemp(prefix="skipped-", suffix=".jsonl", dir=folder)
+        os.close(descriptor)
+        self._read_bytes = 0
+        self._partial = b""  # the start of a record still being written
+        self._pending: dict[Tag, list[dict[str, Any]]] = {}
+
+    def take(self, tag: Tag) -> list[dict[str, Any]]:
+        """The records of the batch with `tag`, just delivered; records of batches that will not be delivered
+        (an earlier iterator's, or a position passed) are dropped."""
+        size = os.stat(self.path).st_size
+        if size > self._read_bytes:
+            self._read(size)
+        if not self._pending:
+            return []
+        found = self._pending.pop(tag, [])
+        iteration, position = tag
+        for stale in [t for t in self._pending if t[0] != iteration or t[1] < position]:
+            del self._pending[stale]
+        return found
+
+    def _read(self, size: int) -> None:
+        with open(self.path, "rb") as file:
+            file.seek(self._read_bytes)
+            data = self._partial + file.read(size - self._read_bytes)
+        self._read_bytes = size
+        *lines, self._partial = data.split(b"\n")
+        for line in lines:
+            record = json.loads(line)
+            self._pending.setdefault(tuple(record["tag"]), []).append(record)
