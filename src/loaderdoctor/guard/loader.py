@@ -21,7 +21,13 @@ from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageErr
 from loaderdoctor.guard import children
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.ladder import next_rung
-from loaderdoctor.guard.plan import PlannedBatchSampler, check_resumable, draw_epoch_plan
+from loaderdoctor.guard.plan import (
+    PlannedBatchSampler,
+    check_resumable,
+    draw_epoch_plan,
+    plain_batches,
+    plan_generators,
+)
 from loaderdoctor.guard.safe import SettingChange, persistent_workers_change, start_method_change
 from loaderdoctor.guard.samples import (
     MIN_SAMPLES_FOR_FRACTION,
@@ -46,6 +52,20 @@ _FROM_A_WORKER = "in DataLoader worker process"  # torch's re-raise of an except
 # ConnectionResetError, EOFError...); give a dying worker this long to be seen dead before blaming the user.
 _DEATH_GRACE_S = 0.5
 _INDICES_SHOWN = 20  # bad sample indices named in the error that ends a run with too many
+STATE_VERSION = 1  # of state_dict()'s format: load_state_dict() reads this one only
+_STATE_KEYS = (
+    "version",
+    "dataset_length",
+    "batch_size",
+    "epoch",
+    "position",
+    "remaining",
+    "generators",
+    "seed_state",
+    "restarts",
+    "skipped",
+    "samples_seen",
+)
 
 
 def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
@@ -69,6 +89,91 @@ def _check_sample_options(on_sample_error: str, max_bad_fraction: float) -> None
     number = isinstance(max_bad_fraction, int | float) and not isinstance(max_bad_fraction, bool)
     if not number or not 0 <= max_bad_fraction <= 1:
         raise UsageError(f"max_bad_fraction must be a number from 0 to 1, not {max_bad_fraction!r}")
+
+
+def _dataset_length(loader: DataLoader) -> int | None:
+    try:
+        return len(loader.dataset)
+    except TypeError:  # a map-style dataset without __len__, read through its own sampler
+        return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _generator_state(values: Any, place: str, generator: torch.Generator) -> torch.Tensor:
+    """`values` as a state for `generator`; a UsageError unless they are bytes of the length its state has."""
+    size = generator.get_state().numel()
+    if not isinstance(values, list) or len(values) != size or not all(_whole(v) and v < 256 for v in values):
+        raise UsageError(f"the saved state of {place} is not a list of {size} bytes (ints from 0 to 255)")
+    return torch.tensor(values, dtype=torch.uint8)
+
+
+def _checked_batches(remaining: Any, *, batched: bool, length: int | None) -> list[Any]:
+    """The saved batches not yet delivered; a UsageError unless they are indices (lists of indices when
+    `batched`) within the dataset."""
+    batches = remaining if isinstance(remaining, list) else None
+    if batches is not None and batched:
+        indices = [i for batch in batches if isinstance(batch, list) for i in batch]
+        batches = batches if all(isinstance(batch, list) for batch in batches) else None
+    else:
+        indices = batches or []
+    if batches is None or not all(_whole(i) and (length is None or i < length) for i in indices):
+        shape = "lists of indices" if batched else "indices"
+        raise UsageError(f"the state's remaining must be a list of {shape} within the dataset, or None")
+    return batches
+
+
+def _checked_state(state: Any, loader: DataLoader) -> dict[str, Any]:
+    """`state` when load_state_dict() can resume `loader` from it, with the generator states as tensors;
+    otherwise a UsageError saying what differs or what is malformed."""
+    hint = "load a state_dict() taken from a guarded loader built the same way (dataset, batch size, generators)"
+    if not isinstance(state, dict):
+        raise UsageError(f"load_state_dict() expects the dict that state_dict() returns, not {type(state).__name__}")
+    if state.get("version") != STATE_VERSION:
+        raise UsageError(
+            f"the state is of version {state.get('version')!r}; this loaderdoctor reads version {STATE_VERSION}",
+            hint=hint,
+        )
+    missing = [key for key in _STATE_KEYS if key not in state]
+    if missing:
+        raise UsageError(f"the state lacks {', '.join(missing)}", hint=hint)
+    for key, now in (("dataset_length", _dataset_length(loader)), ("batch_size", loader.batch_size)):
+        if state[key] != now:
+            raise UsageError(
+                f"the state was saved from a loader with {key}={state[key]!r}; this one has {key}={now!r}", hint=hint
+            )
+    saved_places, places = sorted(state["generators"] or {}), sorted(plan_generators(loader))
+    if saved_places != places:
+        raise UsageError(
+            f"the state holds the generators {saved_places or 'none'} (by where they sit on the loader); this "
+            f"loader has {places or 'none'}",
+            hint=hint,
+        )
+    if not all(_whole(state[key]) for key in ("epoch", "position", "restarts", "samples_seen")):
+        raise UsageError("the state's epoch, position, restarts and samples_seen must be whole numbers, 0 or more")
+    if not isinstance(state["skipped"], list) or not all(_whole(i) for i in state["skipped"]):
+        raise UsageError("the state's skipped must be a list of indices")
+    remaining = state["remaining"]
+    if remaining is not None:
+        remaining = _checked_batches(
+            remaining, batched=loader.batch_sampler is not None, length=state["dataset_length"]
+        )
+    generators = plan_generators(loader)
+    seed_source = loader.generator if loader.generator is not None else torch.default_generator
+    seed_state = state["seed_state"]
+    return {
+        **state,
+        "remaining": remaining,
+        "generators": {
+            place: _generator_state(state["generators"][place], place, generator)
+            for place, generator in generators.items()
+        },
+        "seed_state": None
+        if seed_state is None
+        else _generator_state(seed_state, "the workers' seed generator", seed_source),
+    }
 
 
 def describe(settings: Settings) -> str:
@@ -254,6 +359,7 @@ class GuardedLoader:
         self._plan: list[Any] = []
         self._position = 0  # the plan position of the next batch to deliver
         self._active = False  # an epoch is under way
+        self._resume_pending = False  # load_state_dict() set a plan and position for the next iter() to resume
         self._seed_state: torch.Tensor | None = None
         self._slowest_wait_s = 0.0
         self._picklable_result: bool | None = None
@@ -277,12 +383,15 @@ class GuardedLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self._end_epoch()
-        self._epoch += 1
-        first = self._epoch == 0 and getattr(self.loader, "_iterator", None) is None
-        plan = draw_epoch_plan(self.loader, draws_base_seed=first or not self._user_persistent)
-        if plan.seed_state is not None:
-            self._seed_state = plan.seed_state
-        self._plan, self._position = plan.batches, 0
+        if self._resume_pending:
+            self._resume_pending = False  # the loaded epoch, plan and position stand
+        else:
+            self._epoch += 1
+            first = self._epoch == 0 and getattr(self.loader, "_iterator", None) is None
+            plan = draw_epoch_plan(self.loader, draws_base_seed=first or not self._user_persistent)
+            if plan.seed_state is not None:
+                self._seed_state = plan.seed_state
+            self._plan, self._position = plan.batches, 0
         self._consumer = threading.current_thread()
         self._active = True
         self._open()
@@ -293,6 +402,67 @@ class GuardedLoader:
         self._active = False
         self._close_inner()
         self._resources.release()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands, as plain JSON-ready data, for load_state_dict() on a loader built the same
+        way, whose next iter() then resumes at the first batch not yet delivered.
+
+        "epoch" is the epoch the next batch belongs to; mid-epoch, "position" counts its batches delivered and
+        "remaining" holds the rest of its plan (lists of indices: up to one epoch's, about as many ints as the
+        dataset has samples); between epochs "remaining" is None and the next iter() starts "epoch" afresh.
+        "generators" holds the state of each generator the plans are drawn from, by where it sits on the loader
+        (see plan_generators), and "seed_state" the one the workers' base seed is drawn from: a CPU generator's
+        state is 5056 ints from 0 to 255. Then the restart count, `skipped` and the samples seen by the
+        bad-sample budget, which go on counting after a resume.
+        """
+        mid_epoch = self._epoch >= 0 and self._position < len(self._plan)
+        remaining = self._plan[self._position :] if mid_epoch else None
+        return {
+            "version": STATE_VERSION,
+            "dataset_length": _dataset_length(self.loader),
+            "batch_size": self.loader.batch_size,
+            "epoch": self._epoch if mid_epoch else self._epoch + 1,
+            "position": self._position if mid_epoch else 0,
+            "remaining": None
+            if remaining is None
+            else plain_batches(remaining, batched=self._spec.batch_sampler is not None),
+            "generators": {place: g.get_state().tolist() for place, g in plan_generators(self.loader).items()},
+            "seed_state": None if self._seed_state is None else self._seed_state.tolist(),
+            "restarts": self.restarts,
+            "skipped": list(self.skipped),
+            "samples_seen": self._samples_seen,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next iter() resume where `state` (from state_dict()) was taken: the batches not yet
+        delivered, in their order, then the later epochs as the saved loader would have drawn them.
+
+        Ends any epoch under way and its workers. A UsageError, changing nothing, when the state is of
+        another version, malformed, or from a loader that differs (dataset length, batch size, generators).
+        """
+        checked = _checked_state(state, self.loader)
+        self._end_epoch()
+        self._close_inner()  # the next workers start from the loaded seed state
+        for place, generator in plan_generators(self.loader).items():
+            generator.set_state(checked["generators"][place])
+        self._seed_state = checked["seed_state"]
+        self.restarts = checked["restarts"]
+        self.skipped = list(checked["skipped"])
+        self._samples_seen = checked["samples_seen"]
+        epoch, position, remaining = checked["epoch"], checked["position"], checked["remaining"]
+        self._resume_pending = remaining is not None
+        if remaining is None:
+            self._epoch, self._plan, self._position = epoch - 1, [], 0
+            log.info("loaderdoctor guard: state loaded: the next iter() starts epoch %d", epoch)
+        else:
+            # The delivered batches' places are kept (as None) so that positions stay the epoch's own.
+            self._epoch, self._plan, self._position = epoch, [None] * position + remaining, position
+            log.info(
+                "loaderdoctor guard: state loaded: the next iter() resumes epoch %d at batch %d of %d",
+                epoch,
+                position,
+                len(self._plan),
+            )
 
     def __enter__(self) -> GuardedLoader:
         return self

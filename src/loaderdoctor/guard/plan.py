@@ -4,6 +4,7 @@ replays them from any batch on."""
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,36 @@ def draw_epoch_plan(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
         torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
     sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
     return EpochPlan(list(iter(sampler)), seed_state)
+
+
+def plan_generators(loader: DataLoader) -> dict[str, torch.Generator]:
+    """The generators `loader`'s plans are drawn from, each named by where it sits, each named once: the
+    loader's, its sampler's, its batch sampler's sampler's. Torch's global generator, used when none is
+    given, is not among them: saving and restoring it (torch.get_rng_state()) is the user's."""
+    places = {
+        "generator": loader.generator,
+        "sampler.generator": getattr(loader.sampler, "generator", None),
+        "batch_sampler.sampler.generator": getattr(getattr(loader.batch_sampler, "sampler", None), "generator", None),
+    }
+    found: dict[str, torch.Generator] = {}
+    for place, generator in places.items():
+        if isinstance(generator, torch.Generator) and all(generator is not seen for seen in found.values()):
+            found[place] = generator
+    return found
+
+
+def plain_batches(batches: Sequence[Any], *, batched: bool) -> list[Any]:
+    """`batches` of a plan as JSON-ready data: lists of ints, or ints when not `batched` (batch_size=None);
+    a UsageError when an index is not a whole number."""
+    try:
+        if batched:
+            return [[operator.index(index) for index in batch] for batch in batches]
+        return [operator.index(index) for index in batches]
+    except TypeError as error:
+        raise UsageError(
+            f"the guard saves a plan of whole-number indices only, and this loader's sampler yields others: {error}",
+            hint="state_dict() needs a sampler that yields ints (or lists of ints)",
+        ) from error
 
 
 class PlannedBatchSampler(Sampler):
