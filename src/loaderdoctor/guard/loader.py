@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing.connection
-import shutil
-import tempfile
 import threading
 import warnings
 import weakref
@@ -20,7 +17,9 @@ from torch.utils.data import DataLoader
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
 from loaderdoctor.guard import children
 from loaderdoctor.guard.events import GuardEvent
+from loaderdoctor.guard.inner import Inner, Resources
 from loaderdoctor.guard.ladder import next_rung
+from loaderdoctor.guard.options import check_sample_options, stall_policy
 from loaderdoctor.guard.plan import (
     PlannedBatchSampler,
     check_resumable,
@@ -29,20 +28,19 @@ from loaderdoctor.guard.plan import (
     plan_generators,
 )
 from loaderdoctor.guard.safe import SettingChange, persistent_workers_change, start_method_change
-from loaderdoctor.guard.samples import (
-    MIN_SAMPLES_FOR_FRACTION,
-    ON_SAMPLE_ERROR,
-    GuardedSamples,
-    SkipReports,
-    TaggedPlan,
-)
+from loaderdoctor.guard.samples import MIN_SAMPLES_FOR_FRACTION, GuardedSamples, SkipReports, TaggedPlan
+from loaderdoctor.guard.state import STATE_VERSION, checked_state, dataset_length
+from loaderdoctor.guard.texts import describe, stuck_text
 from loaderdoctor.host import iterator_facts
 from loaderdoctor.probe import pickled_bytes
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.tap import Tap, TapIterator, dead_worker_pids, is_worker_death, shutdown, worker_pids
+from loaderdoctor.tap import Tap, dead_worker_pids, is_worker_death
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 from loaderdoctor.workers import StackDumpHook, dump_worker_stacks, kill_workers, thread_stack
+
+# Imported from here by callers and tests: kept where they always were.
+__all__ = ["STATE_VERSION", "GuardedLoader", "describe", "stall_policy"]
 
 log = logging.getLogger("loaderdoctor")
 
@@ -52,241 +50,9 @@ _FROM_A_WORKER = "in DataLoader worker process"  # torch's re-raise of an except
 # ConnectionResetError, EOFError...); give a dying worker this long to be seen dead before blaming the user.
 _DEATH_GRACE_S = 0.5
 _INDICES_SHOWN = 20  # bad sample indices named in the error that ends a run with too many
-STATE_VERSION = 1  # of state_dict()'s format: load_state_dict() reads this one only
-_STATE_KEYS = (
-    "version",
-    "dataset_length",
-    "batch_size",
-    "epoch",
-    "position",
-    "remaining",
-    "generators",
-    "seed_state",
-    "restarts",
-    "skipped",
-    "samples_seen",
-)
 
 
-def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
-    """The watchdog's policy: adaptive defaults (None), one number for both deadlines, or a policy as is."""
-    if stall_timeout is None:
-        return StallPolicy()
-    if isinstance(stall_timeout, StallPolicy):
-        return stall_timeout
-    if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, int | float) or not stall_timeout > 0:
-        raise UsageError(
-            f"stall_timeout must be a number of seconds above 0, a StallPolicy or None, not {stall_timeout!r}"
-        )
-    return StallPolicy(floor_s=float(stall_timeout), first_batch_s=float(stall_timeout))
-
-
-def _check_sample_options(on_sample_error: str, max_bad_fraction: float) -> None:
-    if on_sample_error not in ON_SAMPLE_ERROR:
-        raise UsageError(
-            f"on_sample_error must be one of {', '.join(map(repr, ON_SAMPLE_ERROR))}, not {on_sample_error!r}"
-        )
-    number = isinstance(max_bad_fraction, int | float) and not isinstance(max_bad_fraction, bool)
-    if not number or not 0 <= max_bad_fraction <= 1:
-        raise UsageError(f"max_bad_fraction must be a number from 0 to 1, not {max_bad_fraction!r}")
-
-
-def _dataset_length(loader: DataLoader) -> int | None:
-    try:
-        return len(loader.dataset)
-    except TypeError:  # a map-style dataset without __len__, read through its own sampler
-        return None
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _generator_state(values: Any, place: str, generator: torch.Generator) -> torch.Tensor:
-    """`values` as a state for `generator`; a UsageError unless they are bytes of the length its state has."""
-    size = generator.get_state().numel()
-    if not isinstance(values, list) or len(values) != size or not all(_whole(v) and v < 256 for v in values):
-        raise UsageError(f"the saved state of {place} is not a list of {size} bytes (ints from 0 to 255)")
-    return torch.tensor(values, dtype=torch.uint8)
-
-
-def _checked_batches(remaining: Any, *, batched: bool, length: int | None) -> list[Any]:
-    """The saved batches not yet delivered; a UsageError unless they are indices (lists of indices when
-    `batched`) within the dataset."""
-    batches = remaining if isinstance(remaining, list) else None
-    if batches is not None and batched:
-        indices = [i for batch in batches if isinstance(batch, list) for i in batch]
-        batches = batches if all(isinstance(batch, list) for batch in batches) else None
-    else:
-        indices = batches or []
-    if batches is None or not all(_whole(i) and (length is None or i < length) for i in indices):
-        shape = "lists of indices" if batched else "indices"
-        raise UsageError(f"the state's remaining must be a list of {shape} within the dataset, or None")
-    return batches
-
-
-def _checked_state(state: Any, loader: DataLoader) -> dict[str, Any]:
-    """`state` when load_state_dict() can resume `loader` from it, with the generator states as tensors;
-    otherwise a UsageError saying what differs or what is malformed."""
-    hint = "load a state_dict() taken from a guarded loader built the same way (dataset, batch size, generators)"
-    if not isinstance(state, dict):
-        raise UsageError(f"load_state_dict() expects the dict that state_dict() returns, not {type(state).__name__}")
-    if state.get("version") != STATE_VERSION:
-        raise UsageError(
-            f"the state is of version {state.get('version')!r}; this loaderdoctor reads version {STATE_VERSION}",
-            hint=hint,
-        )
-    missing = [key for key in _STATE_KEYS if key not in state]
-    if missing:
-        raise UsageError(f"the state lacks {', '.join(missing)}", hint=hint)
-    for key, now in (("dataset_length", _dataset_length(loader)), ("batch_size", loader.batch_size)):
-        if state[key] != now:
-            raise UsageError(
-                f"the state was saved from a loader with {key}={state[key]!r}; this one has {key}={now!r}", hint=hint
-            )
-    saved_places, places = sorted(state["generators"] or {}), sorted(plan_generators(loader))
-    if saved_places != places:
-        raise UsageError(
-            f"the state holds the generators {saved_places or 'none'} (by where they sit on the loader); this "
-            f"loader has {places or 'none'}",
-            hint=hint,
-        )
-    if not all(_whole(state[key]) for key in ("epoch", "position", "restarts", "samples_seen")):
-        raise UsageError("the state's epoch, position, restarts and samples_seen must be whole numbers, 0 or more")
-    if not isinstance(state["skipped"], list) or not all(_whole(i) for i in state["skipped"]):
-        raise UsageError("the state's skipped must be a list of indices")
-    remaining = state["remaining"]
-    if remaining is not None:
-        remaining = _checked_batches(
-            remaining, batched=loader.batch_sampler is not None, length=state["dataset_length"]
-        )
-    generators = plan_generators(loader)
-    seed_source = loader.generator if loader.generator is not None else torch.default_generator
-    seed_state = state["seed_state"]
-    return {
-        **state,
-        "remaining": remaining,
-        "generators": {
-            place: _generator_state(state["generators"][place], place, generator)
-            for place, generator in generators.items()
-        },
-        "seed_state": None
-        if seed_state is None
-        else _generator_state(seed_state, "the workers' seed generator", seed_source),
-    }
-
-
-def describe(settings: Settings) -> str:
-    """Settings in a few words, as the guard's messages name them."""
-    if settings.num_workers == 0:
-        return "num_workers=0 (loading in the main process)"
-    persistent = ", persistent" if settings.persistent_workers else ""
-    return f"num_workers={settings.num_workers}, {settings.effective_start_method}{persistent}"
-
-
-def _stuck_text(stacks: list[WorkerStack]) -> str:
-    stuck = [f"pid {s.pid} at {frame}" for s in stacks if (frame := s.stuck_frame) is not None]
-    if stuck:
-        return "; ".join(stuck)
-    if stacks:
-        return "no frame of the user's code in the stacks (pids " + ", ".join(str(s.pid) for s in stacks) + ")"
-    return "no stack could be taken"
-
-
-class _Inner:
-    """One internal DataLoader at one Settings: its planned sampler, its tap, and its current iterator."""
-
-    def __init__(
-        self,
-        loader: DataLoader,
-        sampler: PlannedBatchSampler,
-        settings: Settings,
-        tap: Tap,
-        reports: SkipReports | None = None,
-    ) -> None:
-        self.loader = loader
-        self.sampler = sampler
-        self.settings = settings
-        self.tap = tap
-        self.reports = reports  # the replaced samples' reports, under on_sample_error="skip"
-        self.iteration = 0  # the guard's number for the current iterator, which tags its requests
-        self.iterator: TapIterator | None = None
-        self.watchdog: Watchdog | None = None
-        self.start = 0  # the plan position of the current iterator's first batch
-        self.pids: list[int] = []
-        # Set by the SIGCHLD handler (children.py) and by interrupt(): see children.Watched.
-        self.died: str | None = None
-        self.interrupt_requested = False
-
-    @property
-    def stalled(self) -> bool:
-        """Whether the watchdog fired and ended the workers (without workers it can only report)."""
-        return self.watchdog is not None and self.watchdog.fired is not None and self.settings.num_workers > 0
-
-    def starts_workers(self) -> bool:
-        """Whether the next iter() starts worker processes."""
-        persistent_alive = self.loader.persistent_workers and getattr(self.loader, "_iterator", None) is not None
-        return self.settings.num_workers > 0 and not persistent_alive
-
-    def dead_workers(self, grace_s: float) -> list[int]:
-        """The pids of this loader's workers that have exited, waiting up to grace_s for one to."""
-        torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
-        workers = list(getattr(torch_iterator, "_workers", []))
-        if not workers:
-            return []
-        ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
-        return [w.pid for w in workers if w.sentinel in ended]
-
-    def stop_watching(self) -> None:
-        if self.watchdog is not None:
-            self.watchdog.stop()
-
-    def end_iterator(self) -> None:
-        """End the current iterator's workers unless they persist into the next epoch."""
-        if self.iterator is not None and not self.loader.persistent_workers:
-            self.iterator.close()
-            children.forget(self.pids)
-            self.pids = []
-        self.iterator = None
-
-    def close(self) -> None:
-        """Stop watching and end every worker of this loader now."""
-        self.stop_watching()
-        # iter() may have failed half-way (a persistent iterator's reset waits on its workers): then the
-        # loader holds the torch iterator, and the TapIterator was never made.
-        torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
-        if torch_iterator is not None:
-            pids = worker_pids(torch_iterator)
-            shutdown(self.loader, torch_iterator)
-            children.forget(pids)
-        children.forget(self.pids)
-        self.pids = []
-        self.iterator = None
-
-
-class _Resources:
-    """What a GuardedLoader must release (workers, watchdog thread, stack files), held apart from it so that
-    releasing it when the loader is garbage-collected needs no reference to the loader."""
-
-    def __init__(self) -> None:
-        self.inner: _Inner | None = None
-        self.dump_dir: str | None = None
-
-    def stack_dir(self) -> str:
-        if self.dump_dir is None:
-            self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-guard-")
-        return self.dump_dir
-
-    def release(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
-            self.inner = None
-        if self.dump_dir is not None:
-            shutil.rmtree(self.dump_dir, ignore_errors=True)
-            self.dump_dir = None
-
-
-def _on_stall_of(guarded: GuardedLoader, inner: _Inner) -> Callable[[StallNotice], None]:
+def _on_stall_of(guarded: GuardedLoader, inner: Inner) -> Callable[[StallNotice], None]:
     # The watchdog's thread holds this callback: a weak reference lets an abandoned loader be collected.
     ref = weakref.ref(guarded)
 
@@ -335,7 +101,7 @@ class GuardedLoader:
         check_resumable(loader)
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise UsageError(f"max_restarts must be a whole number, 0 or more, not {max_restarts!r}")
-        _check_sample_options(on_sample_error, max_bad_fraction)
+        check_sample_options(on_sample_error, max_bad_fraction)
         self.loader = loader
         self.policy = stall_policy(stall_timeout)
         self.max_restarts = max_restarts
@@ -366,7 +132,7 @@ class GuardedLoader:
         self._warned_fork = False
         self._consumer = threading.current_thread()
         self._last_stacks: list[WorkerStack] = []
-        self._resources = _Resources()
+        self._resources = Resources()
         weakref.finalize(self, self._resources.release)
         change = persistent_workers_change(settings, explicit=persistent_workers is False)
         if change is not None:
@@ -419,7 +185,7 @@ class GuardedLoader:
         remaining = self._plan[self._position :] if mid_epoch else None
         return {
             "version": STATE_VERSION,
-            "dataset_length": _dataset_length(self.loader),
+            "dataset_length": dataset_length(self.loader),
             "batch_size": self.loader.batch_size,
             "epoch": self._epoch if mid_epoch else self._epoch + 1,
             "position": self._position if mid_epoch else 0,
@@ -440,7 +206,7 @@ class GuardedLoader:
         Ends any epoch under way and its workers. A UsageError, changing nothing, when the state is of
         another version, malformed, or from a loader that differs (dataset length, batch size, generators).
         """
-        checked = _checked_state(state, self.loader)
+        checked = checked_state(state, self.loader)
         self._end_epoch()
         self._close_inner()  # the next workers start from the loaded seed state
         for place, generator in plan_generators(self.loader).items():
@@ -471,7 +237,7 @@ class GuardedLoader:
         self.close()
 
     @property
-    def _inner(self) -> _Inner | None:
+    def _inner(self) -> Inner | None:
         return self._resources.inner
 
     def _record(self, event: GuardEvent) -> None:
@@ -515,7 +281,7 @@ class GuardedLoader:
         if self._picklable():
             self._apply(change)
 
-    def _build(self, settings: Settings) -> _Inner:
+    def _build(self, settings: Settings) -> Inner:
         sampler = PlannedBatchSampler([], 0)
         spec = self._spec
         planned = {"batch_sampler": sampler} if spec.batch_sampler is not None else {"sampler": sampler}
@@ -532,7 +298,7 @@ class GuardedLoader:
         loader = spec.build(settings, dataset=dataset, worker_hook=hook)
         tap = Tap(loader, [], start_method=settings.effective_start_method)
         tap.slowest_wait_s = self._slowest_wait_s
-        inner = _Inner(loader, sampler, settings, tap, reports)
+        inner = Inner(loader, sampler, settings, tap, reports)
         self._resources.inner = inner
         return inner
 
@@ -622,7 +388,7 @@ class GuardedLoader:
                 self._count_samples(inner, self._position - 1)
             return batch
 
-    def _count_samples(self, inner: _Inner, position: int) -> None:
+    def _count_samples(self, inner: Inner, position: int) -> None:
         """Record the samples replaced in the batch at `position`, just delivered; end the run when too many
         of the samples seen so far were bad."""
         planned = self._plan[position]
@@ -667,7 +433,7 @@ class GuardedLoader:
             inner.close()
             self._resources.inner = None
 
-    def _failure(self, inner: _Inner | None, error: BaseException) -> str | None:
+    def _failure(self, inner: Inner | None, error: BaseException) -> str | None:
         """What the guard recovers from in `error`: "stall", "worker-died", or None (the user's to see)."""
         if inner is None:
             return None
@@ -697,7 +463,7 @@ class GuardedLoader:
                 return "worker-died"
         return None
 
-    def _stall(self, inner: _Inner, notice: StallNotice) -> None:
+    def _stall(self, inner: Inner, notice: StallNotice) -> None:
         """From the watchdog's thread: take the stuck workers' stacks, record the stall, end the workers."""
         if notice.pids:
             stacks = dump_worker_stacks(notice.pids, self._resources.stack_dir())
@@ -705,7 +471,7 @@ class GuardedLoader:
             stacks = [thread_stack(self._consumer)]
         self._last_stacks = stacks
         batch = inner.start + notice.batch
-        where = _stuck_text(stacks)
+        where = stuck_text(stacks)
         if notice.pids:
             then = f"ending workers {', '.join(map(str, notice.pids))} to restart"
         else:
@@ -810,7 +576,7 @@ class GuardedLoader:
             f"{what}, after {self.restarts} restart(s) (max_restarts={self.max_restarts}). Settings tried: {tried}."
         )
         if kind == "stall":
-            message += f" Stuck at: {_stuck_text(self._last_stacks)}."
+            message += f" Stuck at: {stuck_text(self._last_stacks)}."
         elif error is not None:
             message += f" Last error: {error}"
         return LoaderDoctorError(

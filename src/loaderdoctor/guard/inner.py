@@ -1,0 +1,111 @@
+"""One internal DataLoader the guard built, with its tap, watchdog and workers, held where it can be released."""
+
+from __future__ import annotations
+
+import multiprocessing.connection
+import shutil
+import tempfile
+from typing import TYPE_CHECKING
+
+from loaderdoctor.guard import children
+from loaderdoctor.guard.plan import PlannedBatchSampler
+from loaderdoctor.guard.samples import SkipReports
+from loaderdoctor.settings import Settings
+from loaderdoctor.tap import Tap, TapIterator, shutdown, worker_pids
+from loaderdoctor.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+
+
+class Inner:
+    """One internal DataLoader at one Settings: its planned sampler, its tap, and its current iterator."""
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        sampler: PlannedBatchSampler,
+        settings: Settings,
+        tap: Tap,
+        reports: SkipReports | None = None,
+    ) -> None:
+        self.loader = loader
+        self.sampler = sampler
+        self.settings = settings
+        self.tap = tap
+        self.reports = reports  # the replaced samples' reports, under on_sample_error="skip"
+        self.iteration = 0  # the guard's number for the current iterator, which tags its requests
+        self.iterator: TapIterator | None = None
+        self.watchdog: Watchdog | None = None
+        self.start = 0  # the plan position of the current iterator's first batch
+        self.pids: list[int] = []
+        # Set by the SIGCHLD handler (children.py) and by interrupt(): see children.Watched.
+        self.died: str | None = None
+        self.interrupt_requested = False
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the watchdog fired and ended the workers (without workers it can only report)."""
+        return self.watchdog is not None and self.watchdog.fired is not None and self.settings.num_workers > 0
+
+    def starts_workers(self) -> bool:
+        """Whether the next iter() starts worker processes."""
+        persistent_alive = self.loader.persistent_workers and getattr(self.loader, "_iterator", None) is not None
+        return self.settings.num_workers > 0 and not persistent_alive
+
+    def dead_workers(self, grace_s: float) -> list[int]:
+        """The pids of this loader's workers that have exited, waiting up to grace_s for one to."""
+        torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
+        workers = list(getattr(torch_iterator, "_workers", []))
+        if not workers:
+            return []
+        ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
+        return [w.pid for w in workers if w.sentinel in ended]
+
+    def stop_watching(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+
+    def end_iterator(self) -> None:
+        """End the current iterator's workers unless they persist into the next epoch."""
+        if self.iterator is not None and not self.loader.persistent_workers:
+            self.iterator.close()
+            children.forget(self.pids)
+            self.pids = []
+        self.iterator = None
+
+    def close(self) -> None:
+        """Stop watching and end every worker of this loader now."""
+        self.stop_watching()
+        # iter() may have failed half-way (a persistent iterator's reset waits on its workers): then the
+        # loader holds the torch iterator, and the TapIterator was never made.
+        torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
+        if torch_iterator is not None:
+            pids = worker_pids(torch_iterator)
+            shutdown(self.loader, torch_iterator)
+            children.forget(pids)
+        children.forget(self.pids)
+        self.pids = []
+        self.iterator = None
+
+
+class Resources:
+    """What a GuardedLoader must release (workers, watchdog thread, stack files), held apart from it so that
+    releasing it when the loader is garbage-collected needs no reference to the loader."""
+
+    def __init__(self) -> None:
+        self.inner: Inner | None = None
+        self.dump_dir: str | None = None
+
+    def stack_dir(self) -> str:
+        if self.dump_dir is None:
+            self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-guard-")
+        return self.dump_dir
+
+    def release(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+            self.inner = None
+        if self.dump_dir is not None:
+            shutil.rmtree(self.dump_dir, ignore_errors=True)
+            self.dump_dir = None

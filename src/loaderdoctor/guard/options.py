@@ -1,0 +1,31 @@
+"""GuardedLoader's options checked and turned into what it runs with."""
+
+from __future__ import annotations
+
+from loaderdoctor.errors import UsageError
+from loaderdoctor.guard.samples import ON_SAMPLE_ERROR
+from loaderdoctor.watchdog import StallPolicy
+
+
+def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
+    """The watchdog's policy: adaptive defaults (None), one number for both deadlines, or a policy as is."""
+    if stall_timeout is None:
+        return StallPolicy()
+    if isinstance(stall_timeout, StallPolicy):
+        return stall_timeout
+    if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, int | float) or not stall_timeout > 0:
+        raise UsageError(
+            f"stall_timeout must be a number of seconds above 0, a StallPolicy or None, not {stall_timeout!r}"
+        )
+    return StallPolicy(floor_s=float(stall_timeout), first_batch_s=float(stall_timeout))
+
+
+def check_sample_options(on_sample_error: str, max_bad_fraction: float) -> None:
+    """A UsageError unless on_sample_error is a known choice and max_bad_fraction a fraction."""
+    if on_sample_error not in ON_SAMPLE_ERROR:
+        raise UsageError(
+            f"on_sample_error must be one of {', '.join(map(repr, ON_SAMPLE_ERROR))}, not {on_sample_error!r}"
+        )
+    number = isinstance(max_bad_fraction, int | float) and not isinstance(max_bad_fraction, bool)
+    if not number or not 0 <= max_bad_fraction <= 1:
+        raise UsageError(f"max_bad_fraction must be a number from 0 to 1, not {max_bad_fraction!r}")
