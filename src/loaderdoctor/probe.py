@@ -6,7 +6,6 @@ import logging
 import math
 import pickle
 import shutil
-import signal
 import statistics
 import tempfile
 import threading
@@ -20,6 +19,7 @@ import torch
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.host import host_facts
 from loaderdoctor.indexed import IndexedDataset, parse_sample_failures
+from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.recording import (
     BatchRecord,
     EpochRecord,
@@ -44,7 +44,6 @@ from loaderdoctor.workers import (
 log = logging.getLogger("loaderdoctor")
 
 Step = Callable[[Any], Any]
-_INTERRUPT_SIGNAL = signal.SIGUSR2
 # A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
 _MAX_CONSECUTIVE_FAILURES = 50
 
@@ -56,10 +55,6 @@ class ProbeProgress:
     batches: int
     elapsed_s: float
     budget_s: float
-
-
-class _Interrupted(BaseException):
-    """Raised in the main thread to end a stalled next() when loading runs in the main process."""
 
 
 def sleep_step(step_ms: float) -> Step:
@@ -111,37 +106,6 @@ def pickled_bytes(spec: LoaderSpec, start_method: str) -> int:
     return total
 
 
-class _MainThreadInterrupter:
-    """Lets the watchdog end a next() stuck in the main thread (loading without workers), and nothing else:
-    the signal raises only while `armed`, which the loop sets around next() alone."""
-
-    def __init__(self) -> None:
-        self.available = threading.current_thread() is threading.main_thread()
-        self.armed = False
-        self._previous: Any = None
-
-    def __enter__(self) -> _MainThreadInterrupter:
-        if self.available:
-            self._previous = signal.signal(_INTERRUPT_SIGNAL, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.armed = False
-        if self.available:
-            signal.signal(_INTERRUPT_SIGNAL, self._previous)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.armed:
-            raise _Interrupted()
-
-    def interrupt(self) -> bool:
-        """End the main thread's next(), if it is in one; whether a signal was sent."""
-        if not (self.available and self.armed):
-            return False
-        signal.pthread_kill(threading.main_thread().ident or 0, _INTERRUPT_SIGNAL)
-        return True
-
-
 class _Run:
     """The state of one probe run: the loop, and what the tap and watchdog report into the Recording."""
 
@@ -166,7 +130,7 @@ class _Run:
         self.progress = progress
         self.clock = clock
         self.consumer = threading.current_thread()
-        self.interrupter = _MainThreadInterrupter()
+        self.interrupter = MainThreadInterrupter()
         start_method = settings.effective_start_method
         self.rec = Recording(
             settings=settings,
@@ -266,16 +230,21 @@ class _Run:
                     if remaining <= 0 or self.rec.outcome != "completed":
                         break
                     if iterator is not None and not self.settings.persistent_workers:
-                        iterator.close()
+                        _close(iterator)
                     epoch_deadline = self.clock() + remaining / (self.epochs - epoch)
                     self.report_progress(epoch, started)  # the display moves on while workers start
-                    iterator = self.tap.epoch(epoch)
+                    try:
+                        iterator = self.tap.epoch(epoch)
+                    except RuntimeError as error:  # a worker of the last epoch died as this one began
+                        if self.failure(epoch, 0, error) is None:
+                            raise
+                        break
                     self.run_epoch(iterator, epoch, epoch_deadline, started)
             finally:
                 watchdog.stop()
                 self.sampler.stop()
                 if iterator is not None:
-                    iterator.close()
+                    _close(iterator)
                 shutil.rmtree(self.dump_dir, ignore_errors=True)
         self.rec.wall_s = self.clock() - started
         self.rec.worker_samples = self.sampler.samples
@@ -289,54 +258,14 @@ class _Run:
             self.progress(ProbeProgress(epoch, self.epochs, len(self.rec.batches), elapsed, self.budget_s))
 
     def run_epoch(self, iterator: TapIterator, epoch: int, deadline: float, started: float) -> None:
-        ended = "exhausted"
-        failures_in_a_row = 0
         epoch_started = self.clock()
-        while True:
-            try:
-                self.interrupter.armed = True
-                try:
-                    batch = next(iterator)
-                finally:
-                    self.interrupter.armed = False
-            except StopIteration:
-                break
-            except _Interrupted:
-                ended = "stall"
-                self.rec.outcome = "stalled"
-                break
-            except Exception as error:
-                if self.rec.stall is not None:
-                    ended, self.rec.outcome = "stall", "stalled"
-                    break
-                if is_worker_death(error):
-                    self.rec.worker_deaths.append(WorkerDeath(epoch, iterator.index - 1, str(error)))
-                    ended, self.rec.outcome = "worker-died", "crashed"
-                    break
-                self.record_sample_error(epoch, iterator.index - 1, error)
-                failures_in_a_row += 1
-                if failures_in_a_row >= _MAX_CONSECUTIVE_FAILURES:
-                    ended, self.rec.outcome = "error", "crashed"
-                    self.rec.error = f"{failures_in_a_row} batches in a row failed; the last: {error}"
-                    break
-                continue
-            failures_in_a_row = 0
-            if self.step is not None:
-                step_started = self.clock()
-                try:
-                    self.step(batch)
-                except Exception as error:
-                    raise LoaderDoctorError(
-                        f"the training step raised {describe_exception(error)}",
-                        hint="the step given with Workload(step=...) must accept one batch as the loader yields it",
-                    ) from error
-                self.rec.batches[-1].step_s = self.clock() - step_started
-                self.step_times.append(self.rec.batches[-1].step_s)
-            del batch
-            self.report_progress(epoch, started)
-            if self.clock() >= deadline:
-                ended = "time"
-                break
+        try:
+            ended = self.consume(iterator, epoch, deadline, started)
+        except RuntimeError as error:
+            # torch's SIGCHLD handler raises a worker's death wherever the main thread is, not only in next().
+            ended = self.failure(epoch, iterator.index - 1, error)
+            if ended is None:
+                raise
         self.rec.epochs.append(
             EpochRecord(
                 epoch=epoch,
@@ -348,9 +277,78 @@ class _Run:
             )
         )
 
+    def failure(self, epoch: int, batch: int, error: BaseException) -> str | None:
+        """How `error` ends the run ("stall", "worker-died") with the outcome recorded; None when it does not
+        (a sample that raised)."""
+        if self.rec.stall is not None:
+            self.rec.outcome = "stalled"
+            return "stall"
+        if is_worker_death(error):
+            self.rec.worker_deaths.append(WorkerDeath(epoch, max(batch, 0), str(error)))
+            self.rec.outcome = "crashed"
+            return "worker-died"
+        return None
+
+    def consume(self, iterator: TapIterator, epoch: int, deadline: float, started: float) -> str:
+        """Run the epoch's batches through the step until it ends; how it ended."""
+        failures_in_a_row = 0
+        while True:
+            try:
+                self.interrupter.armed = True
+                try:
+                    batch = next(iterator)
+                finally:
+                    self.interrupter.armed = False
+            except StopIteration:
+                return "exhausted"
+            except Interrupted:
+                self.rec.outcome = "stalled"
+                return "stall"
+            except Exception as error:
+                ended = self.failure(epoch, iterator.index - 1, error)
+                if ended is not None:
+                    return ended
+                self.record_sample_error(epoch, iterator.index - 1, error)
+                failures_in_a_row += 1
+                if failures_in_a_row >= _MAX_CONSECUTIVE_FAILURES:
+                    self.rec.outcome = "crashed"
+                    self.rec.error = f"{failures_in_a_row} batches in a row failed; the last: {error}"
+                    return "error"
+                continue
+            failures_in_a_row = 0
+            if self.step is not None:
+                self.run_step(batch)
+            del batch
+            self.report_progress(epoch, started)
+            if self.clock() >= deadline:
+                return "time"
+
+    def run_step(self, batch: Any) -> None:
+        step_started = self.clock()
+        try:
+            self.step(batch)
+        except Exception as error:
+            if is_worker_death(error):
+                raise  # a worker died while the step ran: not the step's fault
+            raise LoaderDoctorError(
+                f"the training step raised {describe_exception(error)}",
+                hint="the step given with Workload(step=...) must accept one batch as the loader yields it",
+            ) from error
+        self.rec.batches[-1].step_s = self.clock() - step_started
+        self.step_times.append(self.rec.batches[-1].step_s)
+
     def record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
         for index, error_type, message in parse_sample_failures(error):
             self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
+
+
+def _close(iterator: TapIterator) -> None:
+    """End an iterator's workers; a death torch reports meanwhile is already recorded, or was expected."""
+    try:
+        iterator.close()
+    except RuntimeError as error:
+        if not is_worker_death(error):
+            raise
 
 
 def _sized_len(obj: Any) -> int | None:

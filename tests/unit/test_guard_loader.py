@@ -4,6 +4,7 @@ errors of the dataset passed through; and the SIGCHLD handler's decisions."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -114,15 +115,25 @@ def test_a_dataset_error_reaches_the_user_and_the_epoch_goes_on():
         assert guarded.events == []
 
 
-def test_a_main_process_stall_is_recorded_with_its_stack_and_waited_out(caplog):
+def test_a_main_process_stall_outside_the_main_thread_is_recorded_with_its_stack_and_waited_out(caplog):
     caplog.set_level(logging.WARNING, logger="loaderdoctor")
-    with guard(DataLoader(SlowOnceAt(), batch_size=4), stall_timeout=StallPolicy(floor_s=0.5)) as guarded:
-        batches = list(guarded)
-        (stall,) = guarded.events
+    batches = []
+
+    def consume() -> None:
+        # No signal reaches a thread other than the main one: the guard can only record the stall.
+        with guard(DataLoader(SlowOnceAt(), batch_size=4), stall_timeout=StallPolicy(floor_s=0.5)) as guarded:
+            batches.extend(guarded)
+            events.extend(guarded.events)
+
+    events = []
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    consumer.join()
+    (stall,) = events
     assert [i for b in batches for i in b[1].tolist()] == list(range(21))
     assert stall.kind == "stall" and stall.batch == 1 and stall.detail["pids"] == []
     assert stall.detail["stacks"][0]["stuck_frame"].endswith("in __getitem__")
-    assert "cannot interrupt it yet" in stall.message
+    assert "cannot interrupt it, so it waits on" in stall.message
     assert any("stall at epoch 0, batch 1" in r.getMessage() for r in caplog.records)
 
 

@@ -32,6 +32,7 @@ from loaderdoctor.guard.samples import MIN_SAMPLES_FOR_FRACTION, GuardedSamples,
 from loaderdoctor.guard.state import STATE_VERSION, checked_state, dataset_length
 from loaderdoctor.guard.texts import describe, stuck_text
 from loaderdoctor.host import iterator_facts
+from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter, kept_interrupter
 from loaderdoctor.probe import pickled_bytes
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
@@ -82,7 +83,12 @@ class GuardedLoader:
     (taken of at least MIN_SAMPLES_FOR_FRACTION samples, over the loader's life) failed, a LoaderDoctorError
     naming them ends the run.
 
-    Without workers (num_workers=0) a stall is reported with the main thread's stack but not interrupted.
+    Without workers (num_workers=0) loading runs in the main process: on a stall the guard takes the main
+    thread's stack and, when next() runs in the main thread, interrupts the stuck next() (with SIGUSR2, whose
+    handler the guard installs once and keeps; it raises only inside the guard's next() and ignores the
+    signal elsewhere). No rung is left below num_workers=0, so a LoaderDoctorError naming the epoch, the batch,
+    the stuck frame (file:line) and the settings tried ends the run instead of a hang. When next() runs in
+    another thread, which no signal can interrupt, the stall is only recorded and logged, and the guard waits.
     """
 
     def __init__(
@@ -131,6 +137,8 @@ class GuardedLoader:
         self._picklable_result: bool | None = None
         self._warned_fork = False
         self._consumer = threading.current_thread()
+        # Set while the main thread is in this loader's next() of a num_workers=0 iterator: what ends it.
+        self._main_interrupter: MainThreadInterrupter | None = None
         self._last_stacks: list[WorkerStack] = []
         self._resources = Resources()
         weakref.finalize(self, self._resources.release)
@@ -362,15 +370,29 @@ class GuardedLoader:
                 self._recover("stall" if inner.stalled else "worker-died", None)
                 self._open()
                 continue
+            interrupter = kept_interrupter() if not inner.settings.num_workers else None
             try:
                 children.arm(inner)
+                if interrupter is not None:
+                    interrupter.armed, self._main_interrupter = True, interrupter
                 try:
                     batch = next(inner.iterator)
                 finally:
+                    if interrupter is not None:
+                        interrupter.armed, self._main_interrupter = False, None
                     children.disarm()
             except StopIteration:
                 self._end_epoch()
                 raise
+            except Interrupted:
+                # The watchdog ended a main-process next() that stalled. The signal may have cut the finally
+                # short: disarm again. No rung is left below num_workers=0, so _recover raises.
+                if interrupter is not None:
+                    interrupter.armed, self._main_interrupter = False, None
+                children.disarm()
+                self._recover("stall", None)
+                self._open()
+                continue
             except Exception as error:
                 kind = self._failure(inner, error)
                 if kind is None:
@@ -472,10 +494,16 @@ class GuardedLoader:
         self._last_stacks = stacks
         batch = inner.start + notice.batch
         where = stuck_text(stacks)
+        interrupter = None if notice.pids else self._main_interrupter
         if notice.pids:
             then = f"ending workers {', '.join(map(str, notice.pids))} to restart"
+        elif interrupter is not None:
+            then = "loading runs in the main process: interrupting it"
         else:
-            then = "loading runs in the main process, where the guard cannot interrupt it yet, so it waits on"
+            then = (
+                "loading runs in the main process outside the main thread's next(), where the guard cannot "
+                "interrupt it, so it waits on"
+            )
         self._record(
             GuardEvent(
                 "stall",
@@ -505,6 +533,8 @@ class GuardedLoader:
             # The blocked next() ends at once: by torch's SIGCHLD handler for forked workers, by this one for
             # the others (torch would notice only at its next 5 s check).
             children.interrupt(inner)
+        elif interrupter is not None and not interrupter.interrupt():
+            log.error("loaderdoctor guard: SIGUSR2 has another handler now: the stuck next() cannot be interrupted")
 
     def _recover(self, kind: str, error: BaseException | None) -> None:
         """End the failed iterator and step one rung down the ladder, or raise when no restart is left."""
