@@ -78,9 +78,20 @@ def batch_samples(batch: Any, default: int) -> int:
     return default
 
 
+def worker_processes(iterator: Any) -> list[Any]:
+    """A DataLoader iterator's worker processes (multiprocessing.Process; none for single-process loading)."""
+    return [w for w in getattr(iterator, "_workers", []) if w.pid is not None]
+
+
 def worker_pids(iterator: Any) -> list[int]:
     """The pids of a DataLoader iterator's worker processes (none for single-process loading)."""
-    return [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
+    return [w.pid for w in worker_processes(iterator)]
+
+
+def starts_workers(loader: DataLoader) -> bool:
+    """Whether the loader's next iter() starts worker processes: persistent ones start only once."""
+    persistent_alive = loader.persistent_workers and getattr(loader, "_iterator", None) is not None
+    return loader.num_workers > 0 and not persistent_alive
 
 
 _DEATH_PHRASES = ("exited unexpectedly", "is killed by signal")
@@ -120,8 +131,9 @@ class TapIterator:
         self.pids: list[int] = []
         loader = tap.loader
         # Persistent workers start once; later iter() calls fork nothing, so there is no state to record.
-        starts_workers = not (loader.persistent_workers and getattr(loader, "_iterator", None) is not None)
-        facts = iterator_facts(epoch, tap.start_method) if starts_workers else None
+        # Without workers the facts still tell whether adding workers under fork would be safe.
+        fresh = loader.num_workers == 0 or starts_workers(loader)
+        facts = iterator_facts(epoch, tap.start_method) if fresh else None
         self.started_at = tap.clock()
         self.waiting_since: float | None = self.started_at  # iter() itself may block on worker start-up
         tap.current = self  # complete now, and before iter(): a watchdog sees a hang inside it too

@@ -11,7 +11,7 @@ from loaderdoctor.guard import children
 from loaderdoctor.guard.plan import PlannedBatchSampler
 from loaderdoctor.guard.samples import SkipReports
 from loaderdoctor.settings import Settings
-from loaderdoctor.tap import Tap, TapIterator, shutdown, worker_pids
+from loaderdoctor.tap import Tap, TapIterator, shutdown, worker_pids, worker_processes
 from loaderdoctor.watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -48,15 +48,10 @@ class Inner:
         """Whether the watchdog fired and ended the workers (without workers it can only report)."""
         return self.watchdog is not None and self.watchdog.fired is not None and self.settings.num_workers > 0
 
-    def starts_workers(self) -> bool:
-        """Whether the next iter() starts worker processes."""
-        persistent_alive = self.loader.persistent_workers and getattr(self.loader, "_iterator", None) is not None
-        return self.settings.num_workers > 0 and not persistent_alive
-
     def dead_workers(self, grace_s: float) -> list[int]:
         """The pids of this loader's workers that have exited, waiting up to grace_s for one to."""
         torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
-        workers = list(getattr(torch_iterator, "_workers", []))
+        workers = worker_processes(torch_iterator)
         if not workers:
             return []
         ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))

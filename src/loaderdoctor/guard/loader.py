@@ -36,7 +36,7 @@ from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter, kept_inte
 from loaderdoctor.probe import pickled_bytes
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.tap import Tap, dead_worker_pids, is_worker_death
+from loaderdoctor.tap import Tap, dead_worker_pids, is_worker_death, starts_workers
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 from loaderdoctor.workers import StackDumpHook, dump_worker_stacks, kill_workers, thread_stack
 
@@ -317,7 +317,7 @@ class GuardedLoader:
             # Noticed while the user was away from next(), or after the epoch before ended.
             self._recover("stall" if inner.stalled else "worker-died", None)
             inner = None
-        if self.settings.num_workers and (inner is None or inner.starts_workers()):
+        if self.settings.num_workers and (inner is None or starts_workers(inner.loader)):
             self._safe_start()
         if inner is not None and inner.settings != self.settings:
             self._close_inner()
