@@ -6,6 +6,7 @@ from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, pat
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.report import Finding, Report, Verification
 from loaderdoctor.settings import Settings
+from loaderdoctor.tune import TuneReport, tune
 from loaderdoctor.workload import Workload
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "LoaderDoctorWarning",
     "Report",
     "Settings",
+    "TuneReport",
     "UsageError",
     "Verification",
     "Workload",
@@ -25,6 +27,7 @@ __all__ = [
     "is_patched",
     "patch",
     "patched",
+    "tune",
     "unpatch",
 ]
 __version__ = "0.1.0"

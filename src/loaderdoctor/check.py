@@ -4,54 +4,31 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
-
-from torch.utils.data import DataLoader
 
 from loaderdoctor import target as targets
 from loaderdoctor.errors import UsageError
 from loaderdoctor.prescribe import prescribe, verify
-from loaderdoctor.probe import ProbeProgress, Step, probe, sleep_step
-from loaderdoctor.report import LoaderReport, Report
+from loaderdoctor.probe import ProbeProgress, probe
+from loaderdoctor.recording import Recording
+from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.rules import diagnose
-from loaderdoctor.settings import LoaderSpec
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.tune.run import MIN_TRIAL_S, default_memory_budget, tune_loader
 from loaderdoctor.watchdog import StallPolicy
-from loaderdoctor.workload import Workload
+from loaderdoctor.workload import Step
 
 # progress(loader name, phase: "measure" | "verify", figures so far)
 CheckProgress = Callable[[str, str, ProbeProgress], None]
 DEFAULT_BUDGET_S = 60.0
 DEFAULT_EPOCHS = 3
-
-
-def _as_resolved(target_or_loader: Any) -> targets.ResolvedTarget:
-    if isinstance(target_or_loader, str):
-        return targets.resolve(target_or_loader)
-    if isinstance(target_or_loader, Workload):
-        return targets.ResolvedTarget("<Workload>", target_or_loader, target_or_loader.loaders())
-    if isinstance(target_or_loader, DataLoader):
-        return targets.ResolvedTarget("<DataLoader>", Workload(train=target_or_loader), {"loader": target_or_loader})
-    if isinstance(target_or_loader, Mapping) and target_or_loader:
-        loaders = dict(target_or_loader)
-        for name, loader in loaders.items():
-            if not isinstance(loader, DataLoader):
-                raise UsageError(f"loader {name!r} is a {type(loader).__name__}, not a DataLoader")
-        return targets.ResolvedTarget("<loaders>", Workload(train=next(iter(loaders.values()))), loaders)
-    raise UsageError(
-        f"check() takes a TARGET string, a DataLoader, a dict of DataLoaders or a Workload, "
-        f"not {type(target_or_loader).__name__}"
-    )
-
-
-def _step_of(workload: Workload, step_ms: float | None) -> Step | None:
-    if step_ms is not None:
-        if not (math.isfinite(step_ms) and step_ms >= 0):
-            raise UsageError(f"the step must be 0 ms or more, not {step_ms}")
-        return sleep_step(step_ms)
-    if workload.step is not None:
-        return workload.step
-    return None if workload.step_ms is None else sleep_step(workload.step_ms)
+# When the rules' fix is about speed, a quick measured search (the tuner's quick mode) gets this many budget
+# shares, at most MAX_SEARCH_S; its choice replaces the rules' fix when measured SEARCH_MARGIN faster.
+_SEARCH_SHARES = 2
+MAX_SEARCH_S = 20.0
+SEARCH_MARGIN = 1.05
+_SPEED_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers")
 
 
 def check(
@@ -68,9 +45,9 @@ def check(
     and measure the prescribed settings too (unless verify_fix is False)."""
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
-    resolved = _as_resolved(target_or_loader)
+    resolved = targets.resolve_any(target_or_loader, "check")
     try:
-        step = _step_of(resolved.workload, step_ms)
+        step = resolved.workload.training_step(step_ms)
         deadline = time.monotonic() + budget_s
         probes_left = len(resolved.loaders) * (2 if verify_fix else 1)
 
@@ -90,6 +67,9 @@ def check(
             fixed = prescribe(recording, findings) if verify_fix else None
             verification = None
             if fixed is not None:
+                searched = _worth_a_search(recording, fixed)
+                if searched:
+                    probes_left += _SEARCH_SHARES + 1  # the search, and the measuring of what it finds
                 verification = verify(
                     spec,
                     recording,
@@ -101,12 +81,90 @@ def check(
                     policy=policy,
                     progress=phase_progress("verify"),
                 )
+                if searched:
+                    probes_left -= 1
+                    verification = _searched_fix(
+                        spec,
+                        recording,
+                        findings,
+                        verification,
+                        search_s=min(MAX_SEARCH_S, budget_share() * _SEARCH_SHARES),
+                        verify_s=budget_share,
+                        epochs=epochs,
+                        step=step,
+                        policy=policy,
+                        progress=progress,
+                        name=name,
+                    )
+                    probes_left -= _SEARCH_SHARES
             if verify_fix:
                 probes_left -= 1
             reports[name] = LoaderReport(name, recording, findings, verification)
         return Report(resolved.target, reports)
     finally:
         resolved.close()
+
+
+def _worth_a_search(recording: Recording, fixed: Settings) -> bool:
+    """Whether the rules' fix is about speed (workers, prefetch, persistence) for a loader that ran: then a
+    quick measured search may find better settings than the rules' one-shot estimate."""
+    if recording.outcome != "completed":
+        return False
+    before = recording.settings
+    return any(getattr(fixed, knob) != getattr(before, knob) for knob in _SPEED_KNOBS)
+
+
+def _searched_fix(
+    spec: LoaderSpec,
+    recording: Recording,
+    findings: list[Finding],
+    rules_fix: Verification,
+    *,
+    search_s: float,
+    verify_s: Callable[[], float],
+    epochs: int,
+    step: Step | None,
+    policy: StallPolicy | None,
+    progress: CheckProgress | None,
+    name: str,
+) -> Verification:
+    """The tuner's quick search, its choice measured the way the rules' fix was: the faster of the two, the
+    searched one only when it beats the rules' fix by SEARCH_MARGIN."""
+    if search_s < 3 * MIN_TRIAL_S:
+        return rules_fix
+    tune_progress = None if progress is None else (lambda _name, _what, figures: progress(name, "tune", figures))
+    tuning = tune_loader(
+        name,
+        spec,
+        budget_s=search_s,
+        memory_bytes=default_memory_budget(),
+        step=step,
+        quick=True,
+        policy=policy,
+        progress=tune_progress,
+    )
+    found = tuning.settings
+    if found.backend == "process" and found.num_workers:
+        found = found.replace(worker_threads=rules_fix.settings.worker_threads)  # the rules' thread limit stays
+    if not tuning.found or found in (rules_fix.settings, recording.settings):
+        return rules_fix
+    searched = verify(
+        spec,
+        recording,
+        findings,
+        found,
+        budget_s=verify_s(),
+        epochs=epochs,
+        step=step,
+        policy=policy,
+        progress=None if progress is None else (lambda figures: progress(name, "verify", figures)),
+    )
+    if searched.helped and searched.after >= rules_fix.after * SEARCH_MARGIN:
+        versus = f", {searched.after / rules_fix.after:.2f}x the rules' fix" if rules_fix.after > 0 else ""
+        searched.note += f"; found by a quick measured search of {len(tuning.trials)} trials{versus}"
+        searched.source = "tune"
+        return searched
+    return rules_fix
 
 
 def _phase_progress(

@@ -16,6 +16,10 @@ from loaderdoctor.check import DEFAULT_BUDGET_S, DEFAULT_EPOCHS, check
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
+from loaderdoctor.render import tune as tune_render
+from loaderdoctor.render.progress import LiveProgress
+from loaderdoctor.tune import tune
+from loaderdoctor.tune.run import DEFAULT_BUDGET_S as TUNE_BUDGET_S
 
 _TARGET_HELP = (
     "what to check: 'demo' (default), 'scenario:NAME', 'pkg.module:function' or 'path/to/file.py:function'; "
@@ -71,6 +75,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("--json", action="store_true", help="print the report as JSON (schema loaderdoctor.check/1)")
     chk.add_argument("--no-verify", action="store_true", help="do not measure the prescribed settings")
+    tun = sub.add_parser("tune", help="search the fastest safe settings by measuring them")
+    tun.add_argument("target", nargs="?", default="demo", help=_TARGET_HELP.replace("what to check", "what to tune"))
+    tun.add_argument(
+        "--budget",
+        type=_positive,
+        default=TUNE_BUDGET_S,
+        metavar="S",
+        help=f"seconds of searching in all, shared by the loaders (default {TUNE_BUDGET_S:g})",
+    )
+    tun.add_argument(
+        "--memory-budget",
+        default=None,
+        metavar="SIZE",
+        help="most memory loading may use: workers plus batches in flight, e.g. 8G (default: half of the "
+        "memory available)",
+    )
+    tun.add_argument(
+        "--step-ms",
+        type=_not_negative,
+        default=None,
+        metavar="MS",
+        help="simulate a training step of MS milliseconds after each batch; then the cheapest settings that "
+        "keep up with it win (overrides the target's step)",
+    )
+    tun.add_argument("--max-workers", type=int, default=None, metavar="N", help="never try more workers than N")
+    tun.add_argument("--quick", action="store_true", help="only climb the worker counts (fewer, shorter trials)")
+    tun.add_argument("--json", action="store_true", help="print the result as JSON (schema loaderdoctor.tune/1)")
     sub.add_parser("scenarios", help="list the built-in scenarios")
     return parser
 
@@ -78,19 +109,37 @@ def _parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.epochs < 1:
         raise UsageError(f"--epochs must be 1 or more, not {args.epochs}")
-    with console_render.LiveProgress(err) as live:
+    with LiveProgress(err) as live:
         report = check(
             args.target,
             budget_s=args.budget,
             epochs=args.epochs,
             step_ms=args.step_ms,
             verify_fix=not args.no_verify,
-            progress=live.update,
+            progress=live.check_update,
         )
     if args.json:
         print(json_render.render(report))
     else:
         console_render.render(report, out)
+    return report.exit_status
+
+
+def _tune(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with LiveProgress(err) as live:
+        report = tune(
+            args.target,
+            budget_s=args.budget,
+            memory_budget=args.memory_budget,
+            step_ms=args.step_ms,
+            quick=args.quick,
+            max_workers=args.max_workers,
+            progress=live.tune_update,
+        )
+    if args.json:
+        print(json_render.render(report))
+    else:
+        tune_render.render(report, out)
     return report.exit_status
 
 
@@ -117,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.command == "scenarios":
             return _scenarios(out)
+        if args.command == "tune":
+            return _tune(args, out, err)
         return _check(args, out, err)
     except LoaderDoctorError as error:
         # soft_wrap: a path or a file:line in a message must not be broken by an inserted newline

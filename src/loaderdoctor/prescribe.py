@@ -6,12 +6,13 @@ import logging
 from collections.abc import Callable
 
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.probe import ProbeProgress, Step, probe
+from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import Recording, batches_per_s
 from loaderdoctor.report import Finding, Verification
 from loaderdoctor.rules._common import fork_hazards
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.workload import Step
 
 log = logging.getLogger("loaderdoctor")
 

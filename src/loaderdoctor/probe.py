@@ -40,10 +40,10 @@ from loaderdoctor.workers import (
     thread_idle,
     thread_stack,
 )
+from loaderdoctor.workload import Step, sleep_step
 
 log = logging.getLogger("loaderdoctor")
 
-Step = Callable[[Any], Any]
 # A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
 _MAX_CONSECUTIVE_FAILURES = 50
 
@@ -55,16 +55,6 @@ class ProbeProgress:
     batches: int
     elapsed_s: float
     budget_s: float
-
-
-def sleep_step(step_ms: float) -> Step:
-    """A simulated training step: the accelerator works, the CPU is free."""
-    seconds = step_ms / 1000.0
-
-    def step(batch: Any) -> None:
-        time.sleep(seconds)
-
-    return step
 
 
 class _CountingSink:

@@ -52,6 +52,7 @@ class Verification:
     helped: bool  # the fix is presented as one only when this holds
     note: str
     after_recording: Recording | None = None
+    source: str = "rules"  # "rules": the findings' combined fix; "tune": the tuner's quick search found it
 
     @property
     def speedup(self) -> float | None:
@@ -68,6 +69,7 @@ class Verification:
             "after_outcome": self.after_outcome,
             "helped": self.helped,
             "note": self.note,
+            "source": self.source,
         }
 
 

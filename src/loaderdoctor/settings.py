@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, default_collate, default_convert
 
 from loaderdoctor.errors import UsageError
 
 START_METHODS = ("fork", "forkserver", "spawn")
+# process: DataLoader worker processes; thread: threads of the main process (torchdata.nodes), for work that
+# releases the GIL.
+BACKENDS = ("process", "thread")
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Settings:
     pin_memory: bool = False
     start_method: str | None = None  # None: the platform's default (fork on Linux before Python 3.14)
     worker_threads: int | None = None  # None: leave each worker's thread pools as the dataset sets them
-    backend: str = "process"
+    backend: str = "process"  # see BACKENDS
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -37,24 +40,35 @@ class Settings:
             raise UsageError(
                 f"unknown start method {self.start_method!r}", hint=f"use one of {', '.join(START_METHODS)}"
             )
-        if self.backend != "process":
-            raise UsageError(f"unknown backend {self.backend!r}", hint="only 'process' is supported")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown backend {self.backend!r}", hint=f"use one of {', '.join(BACKENDS)}")
+        if self.backend == "thread" and (
+            self.num_workers == 0 or self.persistent_workers or self.start_method or self.worker_threads
+        ):
+            raise UsageError(
+                "the thread backend takes num_workers (its threads, 1 or more) and prefetch_factor only",
+                hint="threads start no processes: leave persistent_workers, start_method and worker_threads unset",
+            )
 
     @property
     def effective_start_method(self) -> str | None:
         """The start method workers really get, or None when loading runs in the main process."""
-        if self.num_workers == 0:
+        if self.num_workers == 0 or self.backend == "thread":
             return None
         return self.start_method or default_start_method()
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with `changes` applied, kept valid (settings that need workers are dropped without them)."""
-        merged = dataclasses.replace(self, **changes)
-        if merged.num_workers == 0:
-            merged = dataclasses.replace(
-                merged, prefetch_factor=None, persistent_workers=False, start_method=None, worker_threads=None
+        fields = {**dataclasses.asdict(self), **changes}
+        if fields["num_workers"] == 0:
+            fields.update(
+                prefetch_factor=None,
+                persistent_workers=False,
+                start_method=None,
+                worker_threads=None,
+                backend="process",
             )
-        return merged
+        return Settings(**fields)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -76,7 +90,10 @@ class Settings:
         }
 
     def snippet(self) -> str:
-        """Paste-ready code that creates a DataLoader with these settings."""
+        """Paste-ready code that creates a DataLoader with these settings (a torchdata.nodes loader for the
+        thread backend)."""
+        if self.backend == "thread":
+            return _thread_snippet(self)
         args = ["dataset", "batch_size=..."]
         if self.num_workers:
             args.append(f"num_workers={self.num_workers}")
@@ -98,6 +115,23 @@ class Settings:
                 "\n" + call
             )
         return call
+
+
+def _thread_snippet(settings: Settings) -> str:
+    pin = "\nnode = tn.PinMemory(node)" if settings.pin_memory else ""
+    return (
+        "import torchdata.nodes as tn  # pip install torchdata\n"
+        "from torch.utils.data import BatchSampler, RandomSampler, default_collate\n"
+        "\n"
+        "def load_batch(indices):\n"
+        "    return default_collate([dataset[i] for i in indices])\n"
+        "\n"
+        "batches = tn.SamplerWrapper(BatchSampler(RandomSampler(dataset), batch_size=..., drop_last=False))\n"
+        f"node = tn.ParallelMapper(batches, map_fn=load_batch, num_workers={settings.num_workers}, "
+        'method="thread")\n'
+        f"node = tn.Prefetcher(node, prefetch_factor={settings.prefetch_factor or 2}){pin}\n"
+        "loader = tn.Loader(node)  # iterate it once per epoch, like a DataLoader"
+    )
 
 
 def default_start_method() -> str:
@@ -192,7 +226,9 @@ class LoaderSpec:
         worker_hook: Callable[[int], None] | None = None,
     ) -> DataLoader:
         """A new DataLoader with `settings`; `dataset` replaces the dataset (a wrapper), `worker_hook` runs
-        first in every worker."""
+        first in every worker. The thread backend gives a ThreadLoader instead, iterated the same way."""
+        if settings.backend == "thread":
+            return self._build_threads(settings, self.dataset if dataset is None else dataset)
         kwargs: dict[str, Any] = settings.to_kwargs()
         if settings.num_workers:
             kwargs["worker_init_fn"] = (
@@ -214,3 +250,29 @@ class LoaderSpec:
                 generator=self.generator,
                 **kwargs,
             )
+
+    def _build_threads(self, settings: Settings, dataset: Any) -> Any:
+        from loaderdoctor.threads import ThreadLoader
+
+        if self.is_iterable:
+            raise UsageError(
+                "the thread backend loads map-style datasets only (it hands indices to its threads)",
+                hint="use worker processes (backend='process') for an IterableDataset",
+            )
+        if self.batch_sampler is not None:
+            sampler, batched = self.batch_sampler, True
+        elif self.batch_size is not None:
+            sampler, batched = BatchSampler(self.sampler, self.batch_size, self.drop_last), True
+        else:
+            sampler, batched = self.sampler, False
+        collate_fn = self.collate_fn or (default_collate if batched else default_convert)
+        return ThreadLoader(
+            dataset,
+            sampler=sampler,
+            batched=batched,
+            batch_size=self.batch_size,
+            collate_fn=collate_fn,
+            threads=settings.num_workers,
+            prefetch_factor=settings.prefetch_factor or 2,
+            pin_memory=settings.pin_memory,
+        )

@@ -530,3 +530,24 @@ def _display_path(filename: str) -> str:
         return filename
     outside = relative == os.pardir or relative.startswith(os.pardir + os.sep)
     return filename if outside else relative
+
+
+def resolve_any(target_or_loader: Any, caller: str) -> ResolvedTarget:
+    """What `caller` (check, tune) was given, resolved: a TARGET string, a DataLoader, a dict of them, or a
+    Workload."""
+    if isinstance(target_or_loader, str):
+        return resolve(target_or_loader)
+    if isinstance(target_or_loader, Workload):
+        return ResolvedTarget("<Workload>", target_or_loader, target_or_loader.loaders())
+    if isinstance(target_or_loader, DataLoader):
+        return ResolvedTarget("<DataLoader>", Workload(train=target_or_loader), {"loader": target_or_loader})
+    if isinstance(target_or_loader, Mapping) and target_or_loader:
+        loaders = dict(target_or_loader)
+        for name, loader in loaders.items():
+            if not isinstance(loader, DataLoader):
+                raise UsageError(f"loader {name!r} is a {type(loader).__name__}, not a DataLoader")
+        return ResolvedTarget("<loaders>", Workload(train=next(iter(loaders.values()))), loaders)
+    raise UsageError(
+        f"{caller}() takes a TARGET string, a DataLoader, a dict of DataLoaders or a Workload, "
+        f"not {type(target_or_loader).__name__}"
+    )

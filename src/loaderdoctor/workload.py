@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,18 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import UsageError
+
+Step = Callable[[Any], Any]  # a training step: takes a batch
+
+
+def sleep_step(step_ms: float) -> Step:
+    """A simulated training step: the accelerator works, the CPU is free."""
+    seconds = step_ms / 1000.0
+
+    def step(batch: Any) -> None:
+        time.sleep(seconds)
+
+    return step
 
 
 @dataclass
@@ -48,3 +61,14 @@ class Workload:
     def close(self) -> None:
         if self.on_close is not None:
             self.on_close()
+
+    def training_step(self, step_ms: float | None = None) -> Step | None:
+        """The step to run after each batch: a sleep of `step_ms` when given (it overrides the workload's
+        own), else the workload's step or step_ms; None when there is none."""
+        if step_ms is not None:
+            if not (math.isfinite(step_ms) and step_ms >= 0):
+                raise UsageError(f"the step must be 0 ms or more, not {step_ms}")
+            return sleep_step(step_ms)
+        if self.step is not None:
+            return self.step
+        return None if self.step_ms is None else sleep_step(self.step_ms)

@@ -14,6 +14,7 @@ from loaderdoctor.cli import main
 from loaderdoctor.probe import ProbeProgress
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
+from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.settings import Settings
 
@@ -210,8 +211,10 @@ def test_live_progress_writes_nothing_when_not_a_terminal():
     out = io.StringIO()
     console = Console(file=out, width=100)
     assert not console.is_terminal
-    with console_render.LiveProgress(console) as live:
-        live.update("train", "measure", ProbeProgress(epoch=0, epochs=3, batches=5, elapsed_s=1.0, budget_s=10.0))
+    figures = ProbeProgress(epoch=0, epochs=3, batches=5, elapsed_s=1.0, budget_s=10.0)
+    with LiveProgress(console) as live:
+        live.check_update("train", "measure", figures)
+        live.tune_update("train", "4 workers, prefetch 2", figures)
     assert out.getvalue() == ""
 
 

@@ -35,13 +35,18 @@ class _EvenThenOdd:
 
 # Settings validation
 
+THREADS_TAKE = "the thread backend takes num_workers (its threads, 1 or more) and prefetch_factor only"
+
 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
         ({"num_workers": -1}, "num_workers must be 0 or more, not -1"),
         ({"num_workers": 2, "start_method": "thread"}, "unknown start method 'thread'"),
-        ({"backend": "thread"}, "unknown backend 'thread'"),
+        ({"backend": "greenlet"}, "unknown backend 'greenlet'"),
+        ({"backend": "thread"}, THREADS_TAKE),
+        ({"num_workers": 2, "backend": "thread", "persistent_workers": True}, THREADS_TAKE),
+        ({"num_workers": 2, "backend": "thread", "start_method": "fork"}, THREADS_TAKE),
     ],
 )
 def test_invalid_settings_are_usage_errors(kwargs, words):
@@ -302,3 +307,39 @@ def test_worker_init_without_thread_limit_leaves_threads_alone():
     _WorkerInit(user_fn=None, worker_threads=None, hook=calls.append)(2)
     assert calls == [2]
     assert torch.get_num_threads() == threads_before
+
+
+# The thread backend
+
+
+def test_thread_settings_without_threads_fall_back_to_the_main_process():
+    threads = Settings(num_workers=4, prefetch_factor=2, backend="thread")
+    assert threads.effective_start_method is None
+    assert threads.replace(num_workers=0) == Settings()
+
+
+def test_the_thread_backend_gives_the_plain_loaders_batches_in_order():
+    spec = LoaderSpec.from_loader(DataLoader(_dataset(12), batch_size=5))
+    plain = [batch[1].tolist() for batch in spec.build(Settings())]
+    threaded = spec.build(Settings(num_workers=3, prefetch_factor=2, backend="thread"))
+    assert len(threaded) == 3
+    assert [batch[1].tolist() for batch in threaded] == plain
+
+
+def test_the_thread_backend_without_batching_yields_single_samples():
+    spec = LoaderSpec.from_loader(DataLoader(_dataset(4), batch_size=None))
+    samples = list(spec.build(Settings(num_workers=2, prefetch_factor=2, backend="thread")))
+    assert [int(sample[1]) for sample in samples] == [0, 1, 2, 3]
+
+
+def test_the_thread_backend_refuses_an_iterable_dataset():
+    spec = LoaderSpec.from_loader(DataLoader(_Counting(), batch_size=2))
+    with pytest.raises(UsageError, match="map-style datasets only"):
+        spec.build(Settings(num_workers=2, prefetch_factor=2, backend="thread"))
+
+
+def test_the_thread_snippet_builds_a_torchdata_loader():
+    snippet = Settings(num_workers=8, prefetch_factor=4, backend="thread").snippet()
+    assert 'tn.ParallelMapper(batches, map_fn=load_batch, num_workers=8, method="thread")' in snippet
+    assert "prefetch_factor=4" in snippet
+    compile(snippet.replace("batch_size=...", "batch_size=2"), "<snippet>", "exec")

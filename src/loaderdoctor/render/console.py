@@ -1,18 +1,15 @@
-"""The console rendering of a check Report, and the live progress display shown while measuring."""
+"""The console rendering of a check Report."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from rich.console import Console, Group
 from rich.padding import Padding
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from loaderdoctor.probe import ProbeProgress
 from loaderdoctor.recording import Recording, measurements
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.settings import Settings
@@ -100,7 +97,7 @@ def _finding(finding: Finding) -> Group:
         Text.assemble(("fix       ", "dim"), finding.fix),
     ]
     if finding.snippet and not finding.settings_change:  # settings changes show in the verified fix instead
-        body.append(_code(finding.snippet))
+        body.append(code_block(finding.snippet))
     return Group(Text(""), head, Padding(Group(*body), (0, 0, 0, 4)))
 
 
@@ -127,7 +124,7 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
         lines: list[Any] = [
             title,
             Padding(Text(f"{figures}: {v.note}", style="green"), (0, 0, 0, 4)),
-            Padding(_code(v.settings.snippet()), (0, 0, 0, 4)),
+            Padding(code_block(v.settings.snippet()), (0, 0, 0, 4)),
         ]
         return Group(*lines)
     title = Text.assemble(("\n✘ not a fix  ", "bold yellow"), change)
@@ -135,7 +132,8 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     return Group(title, Padding(Text(figures, style="yellow"), (0, 0, 0, 4)))
 
 
-def _code(snippet: str) -> Syntax:
+def code_block(snippet: str) -> Syntax:
+    """A snippet of Python as the reports show it."""
     return Syntax(snippet, "python", theme="ansi_dark", background_color="default", word_wrap=True)
 
 
@@ -147,45 +145,3 @@ def _verdict(report: Report) -> Text:
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
     style = "bold red" if counts["critical"] else "yellow" if counts["warning"] else "green"
     return Text(f"Summary: {summary}.", style=style)
-
-
-class LiveProgress:
-    """A one-line progress display on stderr while loaders are measured (nothing when it is not a terminal)."""
-
-    def __init__(self, console: Console) -> None:
-        self._progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            auto_refresh=False,  # no refresh thread: nothing of ours runs while workers fork
-        )
-        self._task = self._progress.add_task("starting", total=None)
-        self._last = 0.0
-
-        self._shown = console.is_terminal
-
-    def __enter__(self) -> LiveProgress:
-        if self._shown:
-            self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._shown:
-            self._progress.stop()
-
-    def update(self, name: str, phase: str, p: ProbeProgress) -> None:
-        now = time.monotonic()
-        if not self._shown:
-            return
-        if now - self._last < _REFRESH_S:
-            return
-        self._last = now
-        verb = "measuring" if phase == "measure" else "verifying the fix for"
-        self._progress.update(
-            self._task,
-            description=f"{verb} '{name}': epoch {p.epoch + 1}/{p.epochs}, {p.batches} batches, "
-            f"{p.elapsed_s:.1f} of ~{p.budget_s:.0f} s",
-        )
-        self._progress.refresh()

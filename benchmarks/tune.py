@@ -1,0 +1,133 @@
+"""The tuner against an exhaustive grid and three fixed recipes, on five pipelines of different character.
+
+Usage: python benchmarks/tune.py [--budget S] [--max-workers N] [--rounds R] [--only NAME ...]
+
+Per pipeline (benchmarks/tune_pipelines.py), in one run:
+1. the tuner searches with a budget of S seconds (its own trials, its own clock);
+2. an exhaustive grid measures every Settings of the same space (tune/space.py grid()), one trial each of the
+   tuner's trial length, and keeps the fastest;
+3. side by side, in alternating order for R rounds, each contender runs 3 full epochs of a freshly built loader
+   (start-up included, as a training run pays it): the tuner's choice, the grid's best, PyTorch's defaults
+   (num_workers=0), Lightning's heuristic (num_workers = cores // ranks - 1) and the seeds' recipe (4 workers,
+   prefetch 2, persistent).
+The table gives each contender's median batches/s as a ratio to the grid's best, and the tuner's search time
+as a ratio to the grid's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tune_pipelines import PIPELINES
+
+from loaderdoctor.host import host_facts
+from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
+from loaderdoctor.tune.measure import probe_measure
+from loaderdoctor.tune.run import default_memory_budget, trial_seconds, tune_loader
+from loaderdoctor.tune.space import grid, label
+
+FINAL_EPOCHS = 3
+
+
+def _epochs_rate(spec: LoaderSpec, settings: Settings) -> float:
+    """Batches per second over FINAL_EPOCHS full epochs of a new loader with `settings`, start-up included."""
+    loader = spec.build(settings)
+    started = time.perf_counter()
+    batches = 0
+    with quiet_worker_count_advice():
+        try:
+            for _ in range(FINAL_EPOCHS):
+                for _batch in loader:
+                    batches += 1
+        finally:
+            iterator = getattr(loader, "_iterator", None)
+            if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+                iterator._shutdown_workers()
+    return batches / (time.perf_counter() - started)
+
+
+def _grid_best(spec: LoaderSpec, space: list[Settings], trial_s: float) -> tuple[Settings, float]:
+    measure = probe_measure(spec, step=None)
+    started = time.monotonic()
+    best, best_rate = space[0], -1.0
+    for settings in space:
+        measured = measure(settings, trial_s)
+        if measured.outcome == "completed" and measured.batches_per_s > best_rate:
+            best, best_rate = settings, measured.batches_per_s
+    return best, time.monotonic() - started
+
+
+def _bench(name: str, budget_s: float, max_workers: int, rounds: int) -> dict[str, object]:
+    spec = LoaderSpec.from_loader(PIPELINES[name]())
+    memory = default_memory_budget()
+    host = host_facts()
+    tuned = tune_loader(name, spec, budget_s=budget_s, memory_bytes=memory, step=None, max_workers=max_workers)
+    limits = tuned.limits
+    space = grid(limits)
+    grid_settings, grid_s = _grid_best(spec, space, trial_seconds(budget_s))
+    lightning_workers = max(0, int(host.usable_cores) // max(1, host.local_ranks) - 1)
+    contenders = {
+        "tuner": tuned.settings,
+        "grid best": grid_settings,
+        "torch defaults": Settings(),
+        "lightning": Settings(num_workers=lightning_workers, prefetch_factor=2 if lightning_workers else None),
+        "seeds' recipe": Settings(num_workers=4, prefetch_factor=2, persistent_workers=True),
+    }
+    rates: dict[str, list[float]] = {who: [] for who in contenders}
+    for round_number in range(rounds):
+        order = list(contenders) if round_number % 2 == 0 else list(reversed(contenders))
+        for who in order:
+            rates[who].append(_epochs_rate(spec, contenders[who]))
+    medians = {who: statistics.median(values) for who, values in rates.items()}
+    best = medians["grid best"]
+    return {
+        "name": name,
+        "ratios": {who: medians[who] / best for who in contenders},
+        "grid_best": best,
+        "tuner": label(tuned.settings),
+        "grid": label(grid_settings),
+        "tuner_s": tuned.seconds,
+        "grid_s": grid_s,
+        "grid_size": len(space),
+        "trials": len(tuned.trials),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=32.0, help="the tuner's budget per pipeline (s)")
+    parser.add_argument("--max-workers", type=int, default=16, help="the space's largest worker count")
+    parser.add_argument("--rounds", type=int, default=3, help="side-by-side rounds of the contenders")
+    parser.add_argument("--only", nargs="*", default=list(PIPELINES), choices=list(PIPELINES))
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.only:
+        print(f"… {name}", file=sys.stderr, flush=True)
+        results.append(_bench(name, args.budget, args.max_workers, args.rounds))
+    who = ["tuner", "grid best", "torch defaults", "lightning", "seeds' recipe"]
+    header = f"{'pipeline':<15}" + "".join(f"{w:>15}" for w in who) + f"{'search/grid':>13}"
+    print(
+        f"throughput as a ratio to the grid's best (medians of {args.rounds} side-by-side rounds of "
+        f"{FINAL_EPOCHS} epochs); the tuner's search time as a ratio to the grid's"
+    )
+    print(header)
+    for r in results:
+        ratios = r["ratios"]
+        print(f"{r['name']:<15}" + "".join(f"{ratios[w]:>15.2f}" for w in who) + f"{r['tuner_s'] / r['grid_s']:>13.2f}")
+    print()
+    for r in results:
+        print(
+            f"{r['name']:<15} tuner: {r['tuner']} ({r['trials']} trials, {r['tuner_s']:.0f} s); grid best: "
+            f"{r['grid']} ({r['grid_best']:.1f} batches/s; {r['grid_size']} settings, {r['grid_s']:.0f} s)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

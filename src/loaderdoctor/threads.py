@@ -1,0 +1,105 @@
+"""ThreadLoader: a map-style dataset's batches loaded by threads of the main process (torchdata.nodes), iterated
+like a DataLoader, for work that releases the GIL."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from loaderdoctor.errors import UsageError
+
+INSTALL_HINT = "pip install torchdata (0.11 or later), or install loaderdoctor with its [threads] extra"
+
+
+def threads_available() -> bool:
+    """Whether the thread backend can run here (torchdata.nodes is installed)."""
+    try:
+        import torchdata.nodes  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _LoadBatch:
+    """Loads and collates one batch (or one sample, when the loader does not batch) in a thread."""
+
+    def __init__(self, dataset: Any, collate_fn: Callable[[Any], Any], batched: bool) -> None:
+        self.dataset = dataset
+        self.collate_fn = collate_fn
+        self.batched = batched
+
+    def __call__(self, indices: Any) -> Any:
+        if self.batched:
+            return self.collate_fn([self.dataset[i] for i in indices])
+        return self.collate_fn(self.dataset[indices])
+
+
+class _ThreadIterator:
+    """One epoch of a ThreadLoader; _shutdown_workers() stops its threads (the name the tap ends workers by)."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._inner = iter(loader)
+
+    def __iter__(self) -> _ThreadIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._inner)
+
+    def _shutdown_workers(self) -> None:
+        # torchdata stops its threads when its iterators are collected; do it now instead. Its daemon
+        # threads stuck in a sample cannot be stopped by anyone: they end with the process.
+        node = getattr(self._loader, "root", None)
+        while node is not None:
+            for owner in (node, getattr(node, "_it", None)):
+                shutdown = getattr(getattr(owner, "_it", None), "_shutdown", None)
+                if callable(shutdown):
+                    with contextlib.suppress(Exception):
+                        shutdown()
+            node = getattr(node, "source", None)
+
+
+class ThreadLoader:
+    """Iterates a map-style dataset like a DataLoader, loading each batch in one of `threads` threads of this
+    process, at most `prefetch_factor` batches ahead, in the sampler's order."""
+
+    persistent_workers = False  # threads start afresh each epoch: they cost next to nothing to start
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        sampler: Sequence[Any] | Any,
+        batched: bool,
+        batch_size: int | None,
+        collate_fn: Callable[[Any], Any],
+        threads: int,
+        prefetch_factor: int,
+        pin_memory: bool,
+    ) -> None:
+        if not threads_available():
+            raise UsageError("the thread backend needs torchdata, which is not installed", hint=INSTALL_HINT)
+        self.dataset = dataset
+        self.sampler = sampler  # of batches of indices when batched, else of single indices
+        self.batch_size = batch_size
+        self.num_workers = threads
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self._load = _LoadBatch(dataset, collate_fn, batched)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        import torchdata.nodes as tn
+
+        node = tn.SamplerWrapper(self.sampler)
+        node = tn.ParallelMapper(node, map_fn=self._load, num_workers=self.num_workers, method="thread")
+        node = tn.Prefetcher(node, prefetch_factor=self.prefetch_factor)
+        if self.pin_memory and torch.cuda.is_available():
+            node = tn.PinMemory(node)
+        return _ThreadIterator(tn.Loader(node))

@@ -1,0 +1,76 @@
+"""The result of a tune: per loader, every trial, the baseline and the chosen settings, all plain data."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from loaderdoctor.settings import Settings
+from loaderdoctor.tune.space import Limits
+from loaderdoctor.tune.trial import Trial
+
+SCHEMA = "loaderdoctor.tune/1"
+
+
+@dataclass
+class LoaderTuning:
+    """One loader's search: what it tried, what it started from, and what it chose."""
+
+    name: str
+    trials: list[Trial]
+    baseline: Trial
+    chosen: Trial
+    limits: Limits
+    seconds: float
+    stopped: str  # "converged" | "budget"
+    step_ms: float | None  # the training step's mean time, None without one
+
+    @property
+    def settings(self) -> Settings:
+        """The chosen settings."""
+        return self.chosen.settings
+
+    @property
+    def speedup(self) -> float | None:
+        """The chosen settings' rate over the baseline's (medians of their runs); None when the baseline
+        delivered nothing to compare with."""
+        before = self.baseline.batches_per_s
+        return self.chosen.batches_per_s / before if before > 0 else None
+
+    @property
+    def found(self) -> bool:
+        """Whether any measured settings delivered batches (else every trial stalled, crashed or was refused)."""
+        return self.chosen.usable and self.chosen.batches_per_s > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        speedup = self.speedup
+        return {
+            "baseline": self.baseline.to_dict(),
+            "chosen": self.chosen.to_dict(),
+            "speedup": None if speedup is None else round(speedup, 3),
+            "snippet": self.settings.snippet(),
+            "trials": [trial.to_dict() for trial in self.trials],
+            "limits": dataclasses.asdict(self.limits),
+            "search_s": round(self.seconds, 3),
+            "stopped": self.stopped,
+            "step_ms": None if self.step_ms is None else round(self.step_ms, 3),
+        }
+
+
+@dataclass
+class TuneReport:
+    target: str
+    loaders: dict[str, LoaderTuning]
+
+    @property
+    def exit_status(self) -> int:
+        """0 when every loader has settings that delivered batches, 1 when one has none."""
+        return 0 if all(tuning.found for tuning in self.loaders.values()) else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "target": self.target,
+            "loaders": {name: tuning.to_dict() for name, tuning in self.loaders.items()},
+        }

@@ -1,0 +1,195 @@
+"""tune(): search each loader of a target for its fastest safe settings, within a time and a memory budget."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from loaderdoctor import target as targets
+from loaderdoctor.errors import UsageError
+from loaderdoctor.host import host_facts
+from loaderdoctor.probe import ProbeProgress
+from loaderdoctor.recording import Recording
+from loaderdoctor.rules._common import fork_hazards
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.threads import threads_available
+from loaderdoctor.tune.measure import mean_batch_bytes, probe_measure
+from loaderdoctor.tune.result import LoaderTuning, TuneReport
+from loaderdoctor.tune.space import Limits, label
+from loaderdoctor.tune.strategy import Search
+from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.workload import Step
+
+# progress(loader name, the settings measured in words, the probe's figures so far)
+TuneProgress = Callable[[str, str, ProbeProgress], None]
+
+DEFAULT_BUDGET_S = 120.0
+# A trial gets this share of a loader's budget, within the bounds below: enough for a full search with
+# close calls measured again, and each trial long enough to span a few epochs of a small dataset.
+_TRIALS_PER_BUDGET = 16
+_QUICK_TRIALS_PER_BUDGET = 8
+MIN_TRIAL_S = 1.5
+MAX_TRIAL_S = 10.0
+MAX_WORKERS = 64
+_FDS_PER_WORKER = 16  # pipes, queues, and the shared-memory files of its batches in flight
+_SIZE = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from a size such as 8G, 512M, 1.5GiB or a plain number of bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        size = text
+    else:
+        match = _SIZE.match(str(text))
+        if match is None:
+            raise UsageError(f"cannot read {text!r} as a size", hint="write it like 8G, 512M, 1.5GiB or 1000000")
+        size = int(float(match["number"]) * _UNITS[match["unit"].lower()])
+    if size <= 0:
+        raise UsageError(f"a memory budget must be more than 0 bytes, not {text!r}")
+    return size
+
+
+def default_memory_budget() -> int:
+    """Half of the memory available now."""
+    return psutil.virtual_memory().available // 2
+
+
+def trial_seconds(budget_s: float, *, quick: bool = False) -> float:
+    share = budget_s / (_QUICK_TRIALS_PER_BUDGET if quick else _TRIALS_PER_BUDGET)
+    return min(MAX_TRIAL_S, max(MIN_TRIAL_S, share))
+
+
+def limits_for(spec: LoaderSpec, rec: Recording | None, memory_bytes: int, max_workers: int | None) -> Limits:
+    """What the search may use for this loader, from the host and the baseline's run (`rec`, when it ran)."""
+    host = rec.host if rec is not None else host_facts()
+    user_start = spec.settings.start_method
+    start_method = user_start
+    if rec is not None:
+        hazards = fork_hazards(rec)
+        if (hazards.threads or hazards.cuda_initialized or hazards.inductor_loaded) and user_start in (None, "fork"):
+            start_method = "forkserver"  # the fork-unsafe rule's hazards: forking now could hang a worker
+    ceiling = max_workers if max_workers is not None else MAX_WORKERS
+    if host.fd_soft_limit is not None and host.open_fds is not None:
+        ceiling = min(ceiling, max(1, (host.fd_soft_limit - host.open_fds) // _FDS_PER_WORKER))
+    return Limits(
+        cores=host.usable_cores / max(1, host.local_ranks),
+        memory_bytes=memory_bytes,
+        shm_bytes=host.shm_free_bytes,
+        max_workers=ceiling,
+        start_method=start_method,
+        pin_memory=host.accelerator is not None,
+        threads=threads_available() and not spec.is_iterable,
+    )
+
+
+def tune_loader(
+    name: str,
+    spec: LoaderSpec,
+    *,
+    budget_s: float,
+    memory_bytes: int,
+    step: Step | None,
+    quick: bool = False,
+    max_workers: int | None = None,
+    policy: StallPolicy | None = None,
+    progress: TuneProgress | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> LoaderTuning:
+    """Search one loader's settings within `budget_s` seconds; its own settings are the baseline."""
+    trial_s = trial_seconds(budget_s, quick=quick)
+    recordings: list[Recording] = []
+
+    def on_probe(settings: Settings, figures: ProbeProgress) -> None:
+        if progress is not None:
+            progress(name, label(settings), figures)
+
+    measure = probe_measure(spec, step=step, policy=policy, progress=on_probe, recordings=recordings)
+    started = clock()
+    first = measure(spec.settings, trial_s)
+    baseline_rec = recordings[0] if recordings else None
+    limits = limits_for(spec, baseline_rec, memory_bytes, max_workers)
+    search = Search(
+        measure,
+        spec.settings,
+        limits,
+        budget_s=budget_s - (clock() - started),
+        trial_s=trial_s,
+        batch_bytes=None if baseline_rec is None else mean_batch_bytes(baseline_rec),
+        keep_up=step is not None,
+        quick=quick,
+        clock=clock,
+        baseline_run=first,
+    )
+    result = search.run()
+    steps = [rec.step_s for rec in recordings if rec.step_s is not None]
+    return LoaderTuning(
+        name=name,
+        trials=result.trials,
+        baseline=result.baseline,
+        chosen=result.chosen,
+        limits=limits,
+        seconds=clock() - started,
+        stopped=result.stopped,
+        step_ms=statistics.median(steps) * 1000 if steps else None,
+    )
+
+
+def tune(
+    target_or_loader: Any,
+    *,
+    budget_s: float = DEFAULT_BUDGET_S,
+    memory_budget: int | str | None = None,
+    step_ms: float | None = None,
+    quick: bool = False,
+    max_workers: int | None = None,
+    policy: StallPolicy | None = None,
+    progress: TuneProgress | None = None,
+) -> TuneReport:
+    """Search the fastest safe settings of every loader of `target_or_loader` (a TARGET string, a DataLoader,
+    a dict of them or a Workload), each tuned on its own, within about `budget_s` seconds in all.
+
+    `memory_budget` (bytes, or a size like "8G"; default: half the memory available) bounds loading's
+    measured memory: its workers plus its batches in flight. With a training step (`step_ms`, or the
+    Workload's) the cheapest settings that keep up with it are chosen, not the fastest.
+    """
+    if not (math.isfinite(budget_s) and budget_s > 0):
+        raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
+        raise UsageError(f"max_workers must be a whole number, not {max_workers!r}")
+    if max_workers is not None and max_workers < 1:
+        raise UsageError(f"max_workers must be 1 or more, not {max_workers}")
+    memory_bytes = default_memory_budget() if memory_budget is None else parse_size(memory_budget)
+    resolved = targets.resolve_any(target_or_loader, "tune")
+    try:
+        step = resolved.workload.training_step(step_ms)
+        per_loader_s = budget_s / len(resolved.loaders)
+        least_s = 3 * MIN_TRIAL_S * len(resolved.loaders)
+        if per_loader_s < 3 * MIN_TRIAL_S:
+            raise UsageError(
+                f"a budget of {budget_s:g} s is too small to tune {len(resolved.loaders)} loader(s)",
+                hint=f"give at least {least_s:g} s (--budget); {DEFAULT_BUDGET_S:g} s or more finds better settings",
+            )
+        tunings = {
+            name: tune_loader(
+                name,
+                LoaderSpec.from_loader(loader),
+                budget_s=per_loader_s,
+                memory_bytes=memory_bytes,
+                step=step,
+                quick=quick,
+                max_workers=max_workers,
+                policy=policy,
+                progress=progress,
+            )
+            for name, loader in resolved.loaders.items()
+        }
+        return TuneReport(resolved.target, tunings)
+    finally:
+        resolved.close()

@@ -1,0 +1,347 @@
+"""The search strategy: a noise-aware climb over worker counts, a few refinements, and a final of successive
+halving, all through one measure function and within a time budget.
+
+1. Baseline: the user's settings.
+2. Workers: 0, 1, 2, 4, ... while each doubling is GAIN faster than the best so far (one worker is never the
+   end: it does the main process's work elsewhere and shows no parallelism yet). The climb goes past the
+   cores only while the workers wait (I/O) rather than compute, and stops early once the loader keeps up
+   with the training step.
+3. Refine (full mode): the counts between the best and its tried neighbours; a larger prefetch; threads.
+4. Final: the fastest few are measured again, the slower half dropped, the rest measured once more.
+   Rates within EQUAL of the fastest count as equal and the cheapest of them is chosen; with a training
+   step, the cheapest that keeps up with it.
+
+A close call (rates within CLOSE of each other) is measured again before it decides anything, and compared
+by medians. Nothing is run that is predicted to break the memory budget or fill /dev/shm, and nothing is
+started that the time left cannot pay for. A trial that stalls or crashes is recorded and never chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loaderdoctor.settings import Settings
+from loaderdoctor.tune.space import Limits, batches_in_flight, candidate, worker_counts
+from loaderdoctor.tune.trial import Measurement, Trial
+
+log = logging.getLogger("loaderdoctor")
+
+Measure = Callable[[Settings, float], Measurement]  # (settings, seconds to measure for) -> what was measured
+
+GAIN = 1.05  # a step up the climb must be this much faster than the best so far
+CLOSE = 0.10  # rates within 10% of each other are a close call: measured again before deciding
+EQUAL = 0.03  # in the final, rates within 3% of the fastest are equal: the cheapest of them wins
+FINALISTS = 4  # trials measured again in the final (2 in quick mode)
+COMPUTING = 0.85  # workers using this share of the cores already: more than the cores only compete
+_FAILED = {"stalled": "stalled", "crashed": "crashed"}
+
+
+@dataclass
+class SearchResult:
+    trials: list[Trial]
+    baseline: Trial
+    chosen: Trial
+    seconds: float
+    stopped: str  # "converged" | "budget": whether the search ran out of time before it was done
+
+
+def cost(trial: Trial) -> tuple[int, int, int, int]:
+    """What a trial's settings cost the host, to order equals: processes started, memory, threads, prefetch."""
+    settings = trial.settings
+    processes = settings.num_workers if settings.backend == "process" else 0
+    threads = settings.num_workers if settings.backend == "thread" else 0
+    return (processes, trial.memory_bytes or 0, threads, settings.prefetch_factor or 0)
+
+
+class Search:
+    """One search for the fastest safe settings; run() returns every trial and the chosen one."""
+
+    def __init__(
+        self,
+        measure: Measure,
+        baseline: Settings,
+        limits: Limits,
+        *,
+        budget_s: float,
+        trial_s: float,
+        batch_bytes: int | None = None,
+        keep_up: bool = False,
+        quick: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        progress: Callable[[Trial], None] | None = None,
+        baseline_run: Measurement | None = None,
+    ) -> None:
+        self.measure = measure
+        self.baseline_settings = baseline
+        self.limits = limits
+        self.budget_s = budget_s
+        self.trial_s = trial_s
+        self.batch_bytes = batch_bytes
+        self.keep_up = keep_up  # a training step is given: prefer the cheapest settings that keep up with it
+        self.quick = quick
+        self.clock = clock
+        self.progress = progress
+        self.trials: list[Trial] = []
+        self.out_of_time = False
+        self._started = 0.0
+        # The baseline's first run, when the caller measured it already (to learn the host's limits from it).
+        self._baseline_run = baseline_run
+
+    def run(self) -> SearchResult:
+        self._started = self.clock()
+        if self._baseline_run is not None:
+            baseline = Trial(1, self.baseline_settings, "baseline", "measured")
+            self.trials.append(baseline)
+            self._record(baseline, self._baseline_run)
+        else:
+            baseline = self._try(self.baseline_settings, "baseline")
+        if baseline is None:
+            raise ValueError(f"a budget of {self.budget_s:g} s cannot pay for one trial of {self.trial_s:g} s")
+        best = self._climb()
+        if not self.quick and best is not None:
+            best = self._between(best)
+            best = self._prefetch(best)
+            self._threads(best)
+        chosen = self._final(baseline)
+        return SearchResult(
+            trials=self.trials,
+            baseline=baseline,
+            chosen=chosen,
+            seconds=self.clock() - self._started,
+            stopped="budget" if self.out_of_time else "converged",
+        )
+
+    # The phases
+
+    def _climb(self) -> Trial | None:
+        """Step up the worker counts while each is faster; return the best process trial with workers."""
+        best = self._try(candidate(self.limits, 0), "workers")
+        best_with_workers = None
+        for count in worker_counts(self.limits)[1:]:
+            if best_with_workers is not None and self._computing(best_with_workers, count):
+                break
+            trial = self._try(candidate(self.limits, count), "workers")
+            if trial is None or not trial.usable:
+                break  # out of time, or more workers broke it: more still would not mend it
+            if best is None or not best.usable or self._ratio(trial, best) >= GAIN:
+                best = best_with_workers = trial
+            elif count >= 2:
+                trial.note = trial.note or f"not {GAIN:.2f}x faster than {_name(best)}: the climb ends"
+                break
+            if self.keep_up and trial.keeps_up:
+                trial.note = "keeps up with the training step: more workers would only cost more"
+                break
+        return best_with_workers
+
+    def _between(self, best: Trial) -> Trial:
+        """Try the counts halfway to the best's tried neighbours (6 between 4 and 8)."""
+        count = best.settings.num_workers
+        tried = sorted({t.settings.num_workers for t in self._process_trials() if t.settings.num_workers})
+        lower = [c for c in tried if c < count]
+        upper = [c for c in tried if c > count]
+        for neighbour in (lower[-1] if lower else None, upper[0] if upper else None):
+            if neighbour is None or abs(neighbour - count) < 2:
+                continue
+            trial = self._try(candidate(self.limits, (neighbour + count) // 2), "refine")
+            if trial is not None and trial.usable and self._ratio(trial, best) >= GAIN:
+                best = trial
+        return best
+
+    def _prefetch(self, best: Trial) -> Trial:
+        """A larger prefetch for the best count, doubling while it pays."""
+        for factor in (4, 8):
+            settings = candidate(self.limits, best.settings.num_workers, prefetch_factor=factor)
+            trial = self._try(settings, "refine")
+            if trial is None or not trial.usable or self._ratio(trial, best) < GAIN:
+                break
+            best = trial
+        return best
+
+    def _threads(self, best: Trial) -> None:
+        """The thread backend at the best count, doubling while it pays (work that releases the GIL)."""
+        if not self.limits.threads:
+            return
+        previous = None
+        count = max(best.settings.num_workers, 2)
+        while count <= self.limits.max_workers:
+            trial = self._try(candidate(self.limits, count, backend="thread"), "threads")
+            if trial is None or not trial.usable:
+                return
+            if previous is None and trial.batches_per_s < best.batches_per_s / 2:
+                trial.note = "threads are much slower here: the work holds the GIL"
+                return
+            if previous is not None and self._ratio(trial, previous) < GAIN:
+                return
+            if self.keep_up and trial.keeps_up:
+                return
+            previous, count = trial, count * 2
+
+    def _final(self, baseline: Trial) -> Trial:
+        """Measure the leaders again, halving them, and choose."""
+        usable = [t for t in self.trials if t.usable]
+        if not usable:
+            return baseline
+        size = 2 if self.quick else FINALISTS
+        if self.keep_up and any(t.keeps_up for t in usable):
+            # Cheapest first: the first of them that still keeps up when measured again wins.
+            for trial in sorted((t for t in usable if t.keeps_up), key=cost)[:size]:
+                if len(trial.runs) < 2:
+                    self._again(trial)
+                if trial.usable and trial.keeps_up:
+                    return trial
+            usable = [t for t in self.trials if t.usable]
+        leaders = sorted(usable, key=lambda t: t.batches_per_s, reverse=True)[:size]
+        rounds = 1 if self.quick else 2
+        for round_number in range(rounds):
+            for trial in leaders:
+                if len(trial.runs) < round_number + 2:
+                    self._again(trial)
+            leaders = sorted((t for t in leaders if t.usable), key=lambda t: t.batches_per_s, reverse=True)
+            leaders = leaders[: max(1, len(leaders) // 2)] if round_number + 1 < rounds else leaders
+        if baseline.usable and len(baseline.runs) < 2:
+            self._again(baseline)  # the speedup is a ratio of medians, the baseline's included
+        pool = [t for t in leaders if t.usable] or [baseline]
+        fastest = max(pool, key=lambda t: t.batches_per_s)
+        # The cheapest trial as fast as the fastest (within EQUAL), confirmed by a second run when it had one.
+        for trial in sorted((t for t in self.trials if t.usable), key=cost):
+            if trial.batches_per_s < fastest.batches_per_s * (1 - EQUAL):
+                continue
+            if len(trial.runs) < 2:
+                self._again(trial)
+            if trial.usable and trial.batches_per_s >= fastest.batches_per_s * (1 - EQUAL):
+                return trial
+        return fastest
+
+    # Trials and comparisons
+
+    def _try(self, settings: Settings, phase: str) -> Trial | None:
+        """The trial of `settings`: the one already made, a new one measured now, one refused by the budgets
+        (recorded, never run), or None when no time is left for it."""
+        for trial in self.trials:
+            if trial.settings == settings:
+                return trial
+        refusal = self._refusal(settings)
+        if refusal is not None:
+            verdict, note = refusal
+            trial = Trial(len(self.trials) + 1, settings, phase, verdict, note=note)
+            self.trials.append(trial)
+            self._report(trial)
+            return trial
+        if not self._affordable():
+            return None
+        trial = Trial(len(self.trials) + 1, settings, phase, "measured")
+        self.trials.append(trial)
+        self._run(trial)
+        return trial
+
+    def _again(self, trial: Trial) -> bool:
+        """Measure a trial once more, when time allows; whether it was."""
+        if not trial.usable or not self._affordable():
+            return False
+        self._run(trial)
+        return True
+
+    def _run(self, trial: Trial) -> None:
+        self._record(trial, self.measure(trial.settings, self.trial_s))
+
+    def _record(self, trial: Trial, measurement: Measurement) -> None:
+        trial.runs.append(measurement)
+        if measurement.outcome in _FAILED:
+            trial.verdict = _FAILED[measurement.outcome]
+            trial.note = measurement.error or f"the run {measurement.outcome}"
+        elif measurement.memory_bytes is not None and measurement.memory_bytes > self.limits.memory_bytes:
+            trial.verdict = "over-memory"
+            trial.note = (
+                f"used {_mb(measurement.memory_bytes)}, over the memory budget of {_mb(self.limits.memory_bytes)}"
+            )
+        self._report(trial)
+
+    def _ratio(self, trial: Trial, other: Trial) -> float:
+        """trial's rate over other's, after measuring a close call again (both to two runs, time allowing)."""
+        for _ in range(2):
+            ratio = trial.batches_per_s / other.batches_per_s if other.batches_per_s > 0 else float("inf")
+            if abs(ratio - 1) > CLOSE:
+                return ratio
+            again = [t for t in (trial, other) if len(t.runs) < 2]
+            if not again or not all(self._again(t) for t in again):
+                return ratio
+        return trial.batches_per_s / other.batches_per_s if other.batches_per_s > 0 else float("inf")
+
+    def _computing(self, trial: Trial, next_count: int) -> bool:
+        """Whether the workers of `trial` already keep the cores busy, so that `next_count` would only
+        compete for them (its note says so)."""
+        share = trial.cpu_share
+        workers = trial.settings.num_workers
+        if share is None or next_count <= self.limits.cores:
+            return False
+        demand = share * workers
+        if demand < COMPUTING * self.limits.cores:
+            return False
+        trial.note = (
+            f"{workers} workers already use {demand:.1f} of {self.limits.cores:g} cores computing: "
+            "more would only compete for them"
+        )
+        return True
+
+    def _refusal(self, settings: Settings) -> tuple[str, str] | None:
+        """(verdict, why) when the budgets rule `settings` out before it runs."""
+        in_flight = None if self.batch_bytes is None else batches_in_flight(settings) * self.batch_bytes
+        shm = self.limits.shm_bytes
+        uses_shm = settings.backend == "process" and settings.num_workers > 0
+        if uses_shm and in_flight is not None and shm is not None and in_flight > shm / 2:
+            return "over-shm", f"{_mb(in_flight)} of batches in flight would fill /dev/shm ({_mb(shm)} free)"
+        predicted = self._predicted_memory(settings, in_flight or 0)
+        if predicted is not None and predicted > self.limits.memory_bytes:
+            return "over-memory", (
+                f"predicted {_mb(predicted)} from the workers measured so far, over the memory budget of "
+                f"{_mb(self.limits.memory_bytes)}"
+            )
+        return None
+
+    def _predicted_memory(self, settings: Settings, in_flight: int) -> int | None:
+        """Memory of `settings` from the most any measured worker used, plus its batches in flight."""
+        if settings.backend != "process" or not settings.num_workers:
+            return None
+        per_worker = []
+        for trial in self._process_trials():
+            workers, memory = trial.settings.num_workers, trial.memory_bytes
+            if workers and memory is not None and trial.runs:
+                measured_in_flight = (
+                    0 if self.batch_bytes is None else batches_in_flight(trial.settings) * (self.batch_bytes)
+                )
+                per_worker.append(max(0, memory - measured_in_flight) / workers)
+        if not per_worker:
+            return None
+        return int(max(per_worker) * settings.num_workers + in_flight)
+
+    def _process_trials(self) -> list[Trial]:
+        return [t for t in self.trials if t.settings.backend == "process" and t.phase != "baseline"]
+
+    def _affordable(self) -> bool:
+        left = self.budget_s - (self.clock() - self._started)
+        if left >= self.trial_s:
+            return True
+        self.out_of_time = True
+        return False
+
+    def _report(self, trial: Trial) -> None:
+        log.info(
+            "tune: trial %d %s: %s, %.1f batches/s", trial.number, _name(trial), trial.verdict, trial.batches_per_s
+        )
+        if self.progress is not None:
+            self.progress(trial)
+
+
+def _name(trial: Trial) -> str:
+    settings = trial.settings
+    if settings.num_workers == 0:
+        return "the main process"
+    unit = "threads" if settings.backend == "thread" else "workers"
+    return f"{settings.num_workers} {unit}"
+
+
+def _mb(size: float) -> str:
+    return f"{size / 2**20:.0f} MB"

@@ -1,0 +1,99 @@
+"""A trial of the search: one Settings measured once or more, and the verdict on it."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaderdoctor.settings import Settings
+
+# measured: it ran and delivered batches. stalled / crashed: its run did (never chosen). over-memory: measured
+# above the memory budget, or predicted to be from the memory of a measured trial (then never run).
+# over-shm: its batches in flight would not fit in /dev/shm (never run).
+VERDICTS = ("measured", "stalled", "crashed", "over-memory", "over-shm")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured run of a Settings."""
+
+    batches_per_s: float  # over an epoch of the training loop: see tune/measure.py
+    outcome: str  # "completed" | "stalled" | "crashed" (the probe's outcome)
+    seconds: float  # how long the run took, start-up and stopping included
+    memory_bytes: int | None = None  # loading's peak memory: its workers' USS together plus batches in flight
+    cpu_share: float | None = None  # CPU seconds per second of each loading process: 1 computing, 0 waiting
+    keeps_up: bool | None = None  # with a training step: the step hardly waited for batches; None without one
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batches_per_s": round(self.batches_per_s, 3),
+            "outcome": self.outcome,
+            "seconds": round(self.seconds, 3),
+            "memory_mb": None if self.memory_bytes is None else round(self.memory_bytes / 2**20, 1),
+            "cpu_share": None if self.cpu_share is None else round(self.cpu_share, 3),
+            "keeps_up": self.keeps_up,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Trial:
+    """A Settings the search considered: its runs (several when a close call was measured again), and why."""
+
+    number: int
+    settings: Settings
+    phase: str  # "baseline" | "workers" | "refine" | "threads"
+    verdict: str
+    runs: list[Measurement] = field(default_factory=list)
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {self.verdict!r}")
+
+    @property
+    def usable(self) -> bool:
+        """Whether the search may choose it: measured, within the budgets, and never stalled or crashed."""
+        return self.verdict == "measured"
+
+    @property
+    def batches_per_s(self) -> float:
+        """The median of its runs' rates (0 when none delivered)."""
+        rates = [run.batches_per_s for run in self.runs]
+        return statistics.median(rates) if rates else 0.0
+
+    @property
+    def memory_bytes(self) -> int | None:
+        known = [run.memory_bytes for run in self.runs if run.memory_bytes is not None]
+        return max(known) if known else None
+
+    @property
+    def cpu_share(self) -> float | None:
+        known = [run.cpu_share for run in self.runs if run.cpu_share is not None]
+        return statistics.median(known) if known else None
+
+    @property
+    def keeps_up(self) -> bool:
+        """Whether its runs kept up with the training step (the majority of them)."""
+        votes = [run.keeps_up for run in self.runs if run.keeps_up is not None]
+        return bool(votes) and sum(votes) * 2 > len(votes)
+
+    @property
+    def seconds(self) -> float:
+        return sum(run.seconds for run in self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "settings": self.settings.to_dict(),
+            "phase": self.phase,
+            "verdict": self.verdict,
+            "batches_per_s": round(self.batches_per_s, 3),
+            "memory_mb": None if self.memory_bytes is None else round(self.memory_bytes / 2**20, 1),
+            "keeps_up": self.keeps_up if any(run.keeps_up is not None for run in self.runs) else None,
+            "seconds": round(self.seconds, 3),
+            "note": self.note,
+            "runs": [run.to_dict() for run in self.runs],
+        }

@@ -1,0 +1,71 @@
+"""What a trial's run counts as: the epoch rate, loading's memory, a slow start versus a stall, keeping up."""
+
+from __future__ import annotations
+
+import pytest
+from recordings import BATCH_BYTES, MIB, make_recording
+
+from loaderdoctor.recording import Stall
+from loaderdoctor.settings import Settings
+from loaderdoctor.tune.measure import epoch_rate, loading_memory_bytes, measurement
+
+WORKERS = Settings(num_workers=2, prefetch_factor=2, persistent_workers=False)
+
+
+def test_the_epoch_rate_counts_each_epochs_start_up_for_workers_started_anew():
+    # 20 batches of 10 ms after a 1 s start-up, every epoch: 20 batches in 1.19 s (+ one step of slack).
+    rec = make_recording(settings=WORKERS, step_s=None, epochs=3, wait_s=0.01, first_batch_s=1.0)
+    assert epoch_rate(rec) == pytest.approx(20 / (1.0 + 19 * 0.01), rel=0.01)
+
+
+def test_persistent_workers_pay_their_first_start_up_once_not_per_epoch():
+    persistent = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True)
+    rec = make_recording(settings=persistent, step_s=None, epochs=3, wait_s=0.01, first_batch_s=[1.0, 0.01, 0.01])
+    assert epoch_rate(rec) == pytest.approx(100.0, rel=0.01)
+    one_epoch = make_recording(settings=persistent, step_s=None, epochs=1, wait_s=0.01, first_batch_s=1.0)
+    assert epoch_rate(one_epoch) == pytest.approx(100.0, rel=0.01)
+
+
+def test_a_run_shorter_than_an_epoch_is_extrapolated_to_the_epoch_length():
+    rec = make_recording(settings=WORKERS, step_s=None, epochs=1, batches_per_epoch=5, wait_s=0.01, first_batch_s=1.0)
+    rec.batches_per_epoch = 100  # the run was cut after 5 of the epoch's 100 batches
+    assert epoch_rate(rec) == pytest.approx(100 / (1.0 + 99 * 0.01), rel=0.01)
+
+
+def test_loading_memory_is_the_workers_uss_together_plus_the_batches_in_flight():
+    persistent = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True)
+    rec = make_recording(settings=persistent, uss_mb_at=lambda t: 150.0)
+    assert loading_memory_bytes(rec) == 2 * 150 * MIB + 2 * 2 * BATCH_BYTES
+    assert loading_memory_bytes(make_recording(settings=Settings())) is None
+
+
+def test_keeping_up_with_the_step_means_the_loop_runs_at_the_steps_pace():
+    quick = make_recording(settings=WORKERS, step_s=0.05, wait_s=0.0005, first_batch_s=0.001)
+    slow = make_recording(settings=WORKERS, step_s=0.05, wait_s=0.05, first_batch_s=0.05)
+    assert measurement(quick).keeps_up is True
+    assert measurement(slow).keeps_up is False
+    assert measurement(make_recording(settings=WORKERS, step_s=None)).keeps_up is None
+
+
+def _stall(*, over_budget: bool, idle: bool) -> Stall:
+    return Stall(
+        epoch=0,
+        batch=0,
+        waited_s=2.0,
+        threshold_s=2.0,
+        reason="no batch",
+        workers_cpu_idle=idle,
+        over_budget=over_budget,
+    )
+
+
+def test_no_batch_from_busy_workers_before_the_trial_ends_is_slow_not_stalled():
+    rec = make_recording(settings=WORKERS, outcome="stalled", stall=_stall(over_budget=True, idle=False))
+    measured = measurement(rec)
+    assert measured.outcome == "completed" and "no batch within" in measured.error
+
+
+def test_a_hang_is_a_stalled_trial_with_no_rate():
+    rec = make_recording(settings=WORKERS, outcome="stalled", stall=_stall(over_budget=False, idle=True))
+    measured = measurement(rec)
+    assert measured.outcome == "stalled" and measured.batches_per_s == 0.0

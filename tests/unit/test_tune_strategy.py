@@ -1,0 +1,222 @@
+"""The tuner's decisions, on made-up measurements and a fake clock: what it tries, what it skips, what it picks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from loaderdoctor.settings import Settings
+from loaderdoctor.tune.space import Limits, batches_in_flight, grid
+from loaderdoctor.tune.strategy import Search
+from loaderdoctor.tune.trial import Measurement
+
+GB = 2**30
+TRIAL_S = 2.0
+
+
+def _limits(**changes) -> Limits:
+    values = dict(
+        cores=2.0,
+        memory_bytes=8 * GB,
+        shm_bytes=None,
+        max_workers=32,
+        start_method="fork",
+        pin_memory=False,
+        threads=False,
+    )
+    values.update(changes)
+    return Limits(**values)
+
+
+class FakeHost:
+    """Measures from formulas instead of running anything; every run costs its seconds on a fake clock."""
+
+    def __init__(
+        self,
+        rate: Callable[[Settings], float],
+        *,
+        cpu_share: float | None = 0.95,
+        worker_bytes: int = 100 * 2**20,
+        noise: list[float] | None = None,
+        outcome: Callable[[Settings], str] = lambda s: "completed",
+        step_rate: float | None = None,
+    ) -> None:
+        self.rate = rate
+        self.cpu_share = cpu_share
+        self.worker_bytes = worker_bytes
+        self.noise = noise or [1.0]
+        self.outcome = outcome
+        self.step_rate = step_rate
+        self.now = 0.0
+        self.ran: list[Settings] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def measure(self, settings: Settings, seconds: float) -> Measurement:
+        self.now += seconds
+        noise = self.noise[len(self.ran) % len(self.noise)]
+        self.ran.append(settings)
+        outcome = self.outcome(settings)
+        rate = self.rate(settings) * noise if outcome == "completed" else 0.0
+        processes = settings.num_workers if settings.backend == "process" else 0
+        keeps_up = None if self.step_rate is None else self.rate(settings) >= self.step_rate
+        return Measurement(
+            batches_per_s=rate,
+            outcome=outcome,
+            seconds=seconds,
+            memory_bytes=processes * self.worker_bytes,
+            cpu_share=self.cpu_share if settings.num_workers else None,
+            keeps_up=keeps_up,
+        )
+
+    def counts_run(self) -> list[int]:
+        return [s.num_workers for s in self.ran]
+
+
+def _search(host: FakeHost, limits: Limits | None = None, *, budget_s: float = 200.0, **options) -> Search:
+    return Search(
+        host.measure,
+        Settings(),
+        limits or _limits(),
+        budget_s=budget_s,
+        trial_s=TRIAL_S,
+        clock=host.clock,
+        **options,
+    )
+
+
+def _cpu_bound(settings: Settings) -> float:
+    """Two cores of pure computing: more workers than cores are no faster; threads hold the GIL."""
+    if settings.backend == "thread":
+        return 9.0
+    return 10.0 * max(1, min(settings.num_workers, 2))
+
+
+def _io_bound(settings: Settings) -> float:
+    """Waiting on I/O: every worker up to 16 adds the same; past 16 the storage is the limit."""
+    return 10.0 + 10.0 * min(settings.num_workers, 16)
+
+
+def test_a_computing_loader_climbs_to_the_cores_and_no_further():
+    host = FakeHost(_cpu_bound, cpu_share=0.95)
+    result = _search(host).run()
+    assert result.chosen.settings.num_workers == 2
+    assert result.chosen.settings.persistent_workers and result.chosen.settings.start_method == "fork"
+    assert max(host.counts_run()) == 2  # 4 workers on 2 busy cores was never tried
+    assert "computing" in next(t for t in result.trials if t.settings.num_workers == 2).note
+
+
+def test_a_loader_waiting_on_io_goes_past_the_cores_and_stops_where_it_stops_gaining():
+    host = FakeHost(_io_bound, cpu_share=0.05)
+    result = _search(host).run()
+    assert result.chosen.settings.num_workers == 16
+    assert {4, 8, 16, 32} <= set(host.counts_run())
+    assert result.chosen.batches_per_s / result.baseline.batches_per_s == pytest.approx(17.0)
+
+
+def test_with_a_training_step_the_cheapest_settings_that_keep_up_win():
+    host = FakeHost(_io_bound, cpu_share=0.05, step_rate=30.0)  # 2 workers already deliver 30 batches/s
+    result = _search(host, keep_up=True).run()
+    assert result.chosen.settings.num_workers == 2
+    assert max(host.counts_run()) == 2  # the climb stopped as soon as loading kept up
+    assert result.chosen.keeps_up
+
+
+def test_a_close_call_is_measured_again_and_decided_by_medians():
+    # 4 workers measure 5% faster once by luck; measured again, both are the same.
+    def rate(settings: Settings) -> float:
+        return 10.0 * max(1, min(settings.num_workers, 2))
+
+    host = FakeHost(rate, cpu_share=0.3, noise=[1.0, 1.0, 1.0, 1.0, 1.08, 1.0, 1.0, 0.97])
+    result = _search(host).run()
+    four = next(t for t in result.trials if t.settings.num_workers == 4)
+    assert len(four.runs) >= 2
+    assert result.chosen.settings.num_workers == 2
+    assert 8 not in host.counts_run()
+
+
+def test_settings_predicted_over_the_memory_budget_are_recorded_and_never_run():
+    host = FakeHost(_io_bound, cpu_share=0.05, worker_bytes=GB)
+    result = _search(host, _limits(memory_bytes=int(5.5 * GB))).run()
+    refused = [t for t in result.trials if t.verdict == "over-memory"]
+    assert [t.settings.num_workers for t in refused] == [8, 6]  # 6: halfway between the best, 4, and 8
+    assert all(not t.runs and "predicted" in t.note for t in refused)
+    assert max(host.counts_run()) == 4
+    assert result.chosen.settings.num_workers <= 5
+
+
+def test_batches_in_flight_that_would_fill_shm_are_refused():
+    host = FakeHost(_io_bound, cpu_share=0.05)
+    limits = _limits(shm_bytes=2 * GB)
+    result = _search(host, limits, batch_bytes=200 * 2**20).run()  # 4 workers x 2 batches x 200 MB = 1.6 GB
+    refused = [t.settings for t in result.trials if t.verdict == "over-shm"]
+    assert refused and all(batches_in_flight(s) * 200 * 2**20 > GB for s in refused)
+    assert all(batches_in_flight(s) * 200 * 2**20 <= GB for s in host.ran)
+    assert result.chosen.settings.num_workers == 2
+
+
+def test_a_stalled_trial_is_recorded_never_chosen_and_ends_the_climb():
+    host = FakeHost(_io_bound, cpu_share=0.05, outcome=lambda s: "stalled" if s.num_workers >= 8 else "completed")
+    result = _search(host).run()
+    stalled = [t for t in result.trials if t.verdict == "stalled"]
+    assert [t.settings.num_workers for t in stalled] == [8]
+    assert result.chosen.settings.num_workers != 8 and result.chosen.usable
+    assert 16 not in host.counts_run()
+
+
+def test_the_search_never_starts_a_trial_the_budget_cannot_pay_for():
+    host = FakeHost(_io_bound, cpu_share=0.05)
+    result = _search(host, budget_s=11.0).run()
+    assert len(host.ran) == 5  # 5 trials of 2 s fit in 11 s; a sixth would not
+    assert host.now <= 11.0
+    assert result.stopped == "budget"
+
+
+def test_threads_equal_to_processes_win_as_the_cheaper():
+    def rate(settings: Settings) -> float:  # work that releases the GIL: threads as fast as processes
+        return 10.0 * max(1, min(settings.num_workers, 2))
+
+    host = FakeHost(rate, cpu_share=0.95)
+    result = _search(host, _limits(threads=True)).run()
+    assert result.chosen.settings.backend == "thread"
+    assert result.chosen.settings.num_workers == 2
+
+
+def test_threads_much_slower_than_processes_are_tried_once_and_dropped():
+    host = FakeHost(lambda s: 2.0 if s.backend == "thread" else _cpu_bound(s), cpu_share=0.95)
+    result = _search(host, _limits(threads=True)).run()
+    threads = [t for t in result.trials if t.settings.backend == "thread"]
+    assert len(threads) == 1 and "GIL" in threads[0].note
+    assert result.chosen.settings.backend == "process"
+
+
+def test_rates_within_three_percent_go_to_the_cheaper_settings():
+    def rate(settings: Settings) -> float:
+        rates = {0: 10.0, 1: 10.0, 2: 20.0, 4: 40.0, 6: 60.0, 8: 80.0, 12: 80.5, 16: 81.0, 32: 81.0}
+        return rates[settings.num_workers]
+
+    host = FakeHost(rate, cpu_share=0.05)
+    result = _search(host).run()
+    assert result.chosen.settings.num_workers == 8
+
+
+def test_quick_mode_only_climbs_the_worker_counts():
+    host = FakeHost(_io_bound, cpu_share=0.05)
+    result = _search(host, _limits(threads=True), quick=True).run()
+    assert {t.phase for t in result.trials} == {"baseline", "workers"}
+    assert result.chosen.settings.num_workers == 16
+
+
+def test_the_search_tries_far_fewer_settings_than_the_grid():
+    host = FakeHost(_io_bound, cpu_share=0.05)
+    result = _search(host, _limits(threads=True)).run()
+    assert len(host.ran) * 4 <= len(grid(_limits(threads=True)))
+    assert result.chosen.settings.num_workers >= 16
+
+
+def test_a_budget_too_small_for_one_trial_is_refused():
+    host = FakeHost(_io_bound)
+    with pytest.raises(ValueError, match="cannot pay for one trial"):
+        _search(host, budget_s=1.0).run()
