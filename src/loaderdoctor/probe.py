@@ -223,13 +223,14 @@ class _Run:
                         _close(iterator)
                     epoch_deadline = self.clock() + remaining / (self.epochs - epoch)
                     self.report_progress(epoch, started)  # the display moves on while workers start
+                    epoch_started = self.clock()
                     try:
                         iterator = self.tap.epoch(epoch)
                     except RuntimeError as error:  # a worker of the last epoch died as this one began
                         if self.failure(epoch, 0, error) is None:
                             raise
                         break
-                    self.run_epoch(iterator, epoch, epoch_deadline, started)
+                    self.run_epoch(iterator, epoch, epoch_deadline, started, epoch_started)
             finally:
                 watchdog.stop()
                 self.sampler.stop()
@@ -247,8 +248,11 @@ class _Run:
             elapsed = self.clock() - started
             self.progress(ProbeProgress(epoch, self.epochs, len(self.rec.batches), elapsed, self.budget_s))
 
-    def run_epoch(self, iterator: TapIterator, epoch: int, deadline: float, started: float) -> None:
-        epoch_started = self.clock()
+    def run_epoch(
+        self, iterator: TapIterator, epoch: int, deadline: float, started: float, epoch_started: float
+    ) -> None:
+        """Consume one epoch and record it; its wall time counts from iter() (`epoch_started`), as its first
+        batch's time does."""
         try:
             ended = self.consume(iterator, epoch, deadline, started)
         except RuntimeError as error:

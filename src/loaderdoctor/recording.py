@@ -57,7 +57,7 @@ class EpochRecord:
     epoch: int
     first_batch_s: float | None  # from iter() to the first batch; None when none came
     batches: int
-    wall_s: float
+    wall_s: float  # from iter(), as first_batch_s, to the epoch's end
     worker_pids: list[int]
     ended: str  # "exhausted" | "time" | "stall" | "worker-died" | "error"
 

@@ -135,6 +135,8 @@ def test_epochs_and_step_are_recorded():
     rec = probe(_spec(Pairs(20), batch_size=4), budget_s=10.0, epochs=2, step_ms=1, progress=progress.append)
     assert [(e.epoch, e.batches, e.ended) for e in rec.epochs] == [(0, 5, "exhausted"), (1, 5, "exhausted")]
     assert all(e.first_batch_s is not None and e.first_batch_s > 0 for e in rec.epochs)
+    # An epoch's wall time counts from iter(), as its first batch's time does: it holds all its steps besides.
+    assert all(e.wall_s >= e.first_batch_s + 5 * 0.001 for e in rec.epochs)
     assert all(e.worker_pids == [] for e in rec.epochs)
     assert 0.001 <= rec.step_s < 0.1
     assert all(b.step_s >= 0.001 for b in rec.batches)

@@ -41,6 +41,7 @@ class FakeHost:
         noise: list[float] | None = None,
         outcome: Callable[[Settings], str] = lambda s: "completed",
         step_rate: float | None = None,
+        epoch_batches: Callable[[Settings], int | None] = lambda s: 100,
     ) -> None:
         self.rate = rate
         self.cpu_share = cpu_share
@@ -48,6 +49,7 @@ class FakeHost:
         self.noise = noise or [1.0]
         self.outcome = outcome
         self.step_rate = step_rate
+        self.epoch_batches = epoch_batches
         self.now = 0.0
         self.ran: list[Settings] = []
 
@@ -69,6 +71,7 @@ class FakeHost:
             memory_bytes=processes * self.worker_bytes,
             cpu_share=self.cpu_share if settings.num_workers else None,
             keeps_up=keeps_up,
+            epoch_batches=self.epoch_batches(settings),
         )
 
     def counts_run(self) -> list[int]:
@@ -220,3 +223,13 @@ def test_a_budget_too_small_for_one_trial_is_refused():
     host = FakeHost(_io_bound)
     with pytest.raises(ValueError, match="cannot pay for one trial"):
         _search(host, budget_s=1.0).run()
+
+
+def test_workers_that_repeat_an_unsplit_stream_are_caught_by_the_epoch_length():
+    # An IterableDataset that ignores get_worker_info(): each worker yields the whole stream again.
+    host = FakeHost(_io_bound, cpu_share=0.05, epoch_batches=lambda s: 100 * max(1, s.num_workers))
+    result = _search(host).run()
+    repeated = [t for t in result.trials if t.verdict == "other-data"]
+    assert [t.settings.num_workers for t in repeated] == [2]
+    assert "does not split its stream" in repeated[0].note
+    assert result.chosen.settings.num_workers <= 1

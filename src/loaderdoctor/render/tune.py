@@ -12,7 +12,7 @@ from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import label
 from loaderdoctor.tune.trial import Trial
 
-_VERDICT_STYLE = {"measured": "", "stalled": "bold red", "crashed": "bold red", "over-memory": "yellow"}
+_VERDICT_STYLE = {"stalled": "bold red", "crashed": "bold red", "other-data": "bold red", "over-memory": "yellow"}
 
 
 def render(report: TuneReport, console: Console) -> None:

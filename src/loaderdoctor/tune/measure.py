@@ -72,6 +72,7 @@ def measurement(rec: Recording) -> Measurement:
         # No batch before the trial's time ran out, from workers that were busy: slow, not stuck.
         outcome, error = "completed", f"no batch within the trial's {rec.budget_s:.1f} s"
     rate = epoch_rate(rec) if outcome == "completed" else 0.0
+    exhausted = [e.batches for e in rec.epochs if e.ended == "exhausted"]
     keeps_up = None
     if rec.step_s is not None and rec.step_s > 0:
         keeps_up = rate * rec.step_s >= KEEPS_UP
@@ -83,6 +84,7 @@ def measurement(rec: Recording) -> Measurement:
         cpu_share=loading_cpu_share(rec),
         keeps_up=keeps_up,
         error=error,
+        epoch_batches=max(exhausted) if exhausted else None,
     )
 
 

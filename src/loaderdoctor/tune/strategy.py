@@ -252,12 +252,29 @@ class Search:
         if measurement.outcome in _FAILED:
             trial.verdict = _FAILED[measurement.outcome]
             trial.note = measurement.error or f"the run {measurement.outcome}"
+        elif self._other_data(measurement):
+            trial.verdict = "other-data"
+            trial.note = (
+                f"an epoch held {measurement.epoch_batches} batches where the baseline's held "
+                f"{self._baseline_epoch_batches()}: the dataset does not split its stream across workers "
+                "(torch.utils.data.get_worker_info()), so each one repeats it"
+            )
         elif measurement.memory_bytes is not None and measurement.memory_bytes > self.limits.memory_bytes:
             trial.verdict = "over-memory"
             trial.note = (
                 f"used {_mb(measurement.memory_bytes)}, over the memory budget of {_mb(self.limits.memory_bytes)}"
             )
         self._report(trial)
+
+    def _baseline_epoch_batches(self) -> int | None:
+        baseline = self.trials[0] if self.trials else None
+        known = [] if baseline is None else [run.epoch_batches for run in baseline.runs if run.epoch_batches]
+        return known[0] if known else None
+
+    def _other_data(self, measurement: Measurement) -> bool:
+        """Whether a whole epoch held another number of batches than the baseline's whole epoch did."""
+        expected = self._baseline_epoch_batches()
+        return None not in (expected, measurement.epoch_batches) and measurement.epoch_batches != expected
 
     def _ratio(self, trial: Trial, other: Trial) -> float:
         """trial's rate over other's, after measuring a close call again (both to two runs, time allowing)."""

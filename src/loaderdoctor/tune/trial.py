@@ -10,8 +10,10 @@ from loaderdoctor.settings import Settings
 
 # measured: it ran and delivered batches. stalled / crashed: its run did (never chosen). over-memory: measured
 # above the memory budget, or predicted to be from the memory of a measured trial (then never run).
-# over-shm: its batches in flight would not fit in /dev/shm (never run).
-VERDICTS = ("measured", "stalled", "crashed", "over-memory", "over-shm")
+# over-shm: its batches in flight would not fit in /dev/shm (never run). other-data: a whole epoch of it held
+# another number of batches than the baseline's (an IterableDataset that does not split its stream across
+# workers repeats it in each one).
+VERDICTS = ("measured", "stalled", "crashed", "over-memory", "over-shm", "other-data")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Measurement:
     cpu_share: float | None = None  # CPU seconds per second of each loading process: 1 computing, 0 waiting
     keeps_up: bool | None = None  # with a training step: the step hardly waited for batches; None without one
     error: str | None = None
+    epoch_batches: int | None = None  # the batches of an epoch run to its end, when one was
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +38,7 @@ class Measurement:
             "cpu_share": None if self.cpu_share is None else round(self.cpu_share, 3),
             "keeps_up": self.keeps_up,
             "error": self.error,
+            "epoch_batches": self.epoch_batches,
         }
 
 
