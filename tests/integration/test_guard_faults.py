@@ -1,5 +1,6 @@
-"""The guard against real workers that hang, are killed, segfault, or fork with a lock held: every batch of
-every epoch exactly once and in order, as the plain DataLoader delivers them, with events saying what happened."""
+"""The guard against real workers that hang, are killed, segfault, or fork with a lock held, and against loading
+in the main process that hangs: every batch of every epoch exactly once and in order, as the plain DataLoader
+delivers them, with events saying what happened."""
 
 from __future__ import annotations
 
@@ -28,21 +29,33 @@ _LOCK = threading.Lock()
 
 
 class Faulty(Dataset):
-    """Returns its index. In a worker, at index `at`, hangs, SIGKILLs or segfaults itself: once (a marker file
-    says it happened, so the retry goes through), or every time; and only once `arm_file` exists, if given."""
+    """Returns its index. In a worker (and in the main process too, `in_main`), at index `at`, hangs, SIGKILLs or
+    segfaults itself: once (a marker file says it happened, so the retry goes through), or every time; and only
+    once `arm_file` exists, if given."""
 
-    def __init__(self, at: int, fault: str, marker_dir: Path, *, once: bool = True, arm_file: Path | None = None):
+    def __init__(
+        self,
+        at: int,
+        fault: str,
+        marker_dir: Path,
+        *,
+        once: bool = True,
+        arm_file: Path | None = None,
+        in_main: bool = False,
+    ):
         self.at = at
         self.fault = fault
         self.marker = str(marker_dir / f"fault-{at}")
         self.once = once
         self.arm_file = None if arm_file is None else str(arm_file)
+        self.in_main = in_main
 
     def __len__(self) -> int:
         return N
 
     def __getitem__(self, index: int) -> int:
-        if index == self.at and get_worker_info() is not None and self._strikes():
+        loading_here = self.in_main or get_worker_info() is not None
+        if index == self.at and loading_here and self._strikes():
             if self.fault == "hang":
                 threading.Event().wait()  # the planted hang
             elif self.fault == "kill":
@@ -228,6 +241,35 @@ def test_past_max_restarts_the_error_names_the_batch_the_frame_and_the_settings_
     assert f"{__file__}:{_line_of('# the planted hang')} in __getitem__" in message
     assert "num_workers=1, fork, persistent -> num_workers=1, forkserver, persistent" in message
     assert raised.value.hint
+
+
+def test_a_main_process_hang_moves_loading_to_a_spawned_worker_and_every_index_comes_once(tmp_path):
+    dataset = Faulty(at=_index_in(epoch=0, batch=5), fault="hang", marker_dir=tmp_path, in_main=True)
+    with guard(_loader(dataset), stall_timeout=QUICK) as guarded:
+        assert _run(guarded, 2) == _plain_epochs(list(range(N)), 2)
+        assert _kinds(guarded) == ["stall", "restart"]
+        stall, restart = guarded.events
+        assert (stall.batch, restart.detail["resume_at"]) == (5, 5) and "interrupting it" in stall.message
+        expected_frame = f"{__file__}:{_line_of('# the planted hang')} in __getitem__"
+        assert stall.detail["stacks"][0]["stuck_frame"] == expected_frame
+        assert restart.detail["escalated"] and restart.detail["after"]["num_workers"] == 1
+        assert restart.detail["after"]["start_method"] == "spawn" and not restart.detail["after"]["persistent_workers"]
+        assert "loading moves out of the main process" in restart.message and "the last rung" in restart.message
+
+
+def test_a_hang_that_follows_loading_into_the_spawned_worker_ends_the_ladder_there(tmp_path):
+    dataset = Faulty(at=_index_in(epoch=0, batch=5), fault="hang", marker_dir=tmp_path, once=False, in_main=True)
+    # After the restart the hanging batch is the spawned worker's first: the start-up deadline applies.
+    with guard(_loader(dataset), stall_timeout=StallPolicy(floor_s=1.5, first_batch_s=8.0)) as guarded:
+        batches = []
+        with pytest.raises(LoaderDoctorError) as raised:
+            batches.extend(b.tolist() for b in guarded)
+        assert batches == _plain_epochs(list(range(N)), 1)[0][:5]  # the plain reference, without the fault
+        assert _kinds(guarded) == ["stall", "restart", "stall"]  # not back to the main process
+    message = raised.value.message
+    assert "gave up at epoch 0, batch 5 of 16: a stall, after 1 restart(s) (max_restarts=3)" in message
+    assert "num_workers=0 (loading in the main process) -> num_workers=1, spawn." in message
+    assert "moved out of the main process to one spawned worker already: the last rung" in message
 
 
 def test_without_faults_workers_give_what_the_plain_loader_gives_random_draws_included():

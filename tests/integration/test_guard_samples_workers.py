@@ -27,21 +27,37 @@ BAD = {5: 6, 17: 19, 18: 19, 47: 0}  # bad index -> the next index that loads (1
 
 
 class Broken(Dataset):
-    """Returns its index; the BAD indices raise ValueError. In a worker, SIGKILLs itself once at `kill_at`."""
+    """Returns its index; the BAD indices raise ValueError. In a worker, SIGKILLs itself once at `kill_at`, but
+    only once index `after[0]` has been loaded `after[1]` times (by another worker: it waits for that)."""
 
-    def __init__(self, marker_dir: Path | None = None, kill_at: int | None = None) -> None:
+    def __init__(
+        self, marker_dir: Path | None = None, kill_at: int | None = None, after: tuple[int, int] | None = None
+    ) -> None:
         self.marker = None if marker_dir is None else str(marker_dir / "killed")
+        self.loads = None if marker_dir is None else str(marker_dir / "loads")
         self.kill_at = kill_at
+        self.after = after
 
     def __len__(self) -> int:
         return N
 
     def __getitem__(self, index: int) -> int:
+        if self.after is not None and index == self.after[0]:
+            with open(self.loads, "a") as loads:
+                loads.write(".")
         if index == self.kill_at and get_worker_info() is not None and self._first_time():
+            self._wait_for_the_loads()
             os.kill(os.getpid(), signal.SIGKILL)
         if index in BAD:
             raise ValueError(f"unreadable sample {index}")  # the line the worker's traceback shows
         return index
+
+    def _wait_for_the_loads(self) -> None:
+        deadline = time.monotonic() + 20.0  # a backstop: past it, the test's own assertions say what went wrong
+        while self.after is not None and time.monotonic() < deadline:
+            if os.path.exists(self.loads) and len(Path(self.loads).read_text()) >= self.after[1]:
+                return
+            time.sleep(0.01)
 
     def _first_time(self) -> bool:
         try:
@@ -98,7 +114,9 @@ def test_skip_keeps_every_batch_and_reports_each_bad_sample_once(caplog, workers
 def test_skip_reports_each_bad_sample_once_across_a_restart(tmp_path):
     # No shuffle: batch k holds 4k..4k+3. A worker dies at index 13 (batch 3) after the other has loaded batch 4
     # (17 and 18 in it) ahead: batch 4 is loaded again after the restart, and reported once, when delivered.
-    user = _loader(Broken(tmp_path, kill_at=13), shuffle=False, num_workers=2, multiprocessing_context="fork")
+    # Loading batch 4 loads 19 three times (in place of 17, of 18, then itself): the death waits for that.
+    dataset = Broken(tmp_path, kill_at=13, after=(19, 3))
+    user = _loader(dataset, shuffle=False, num_workers=2, multiprocessing_context="fork")
     with guard(user, on_sample_error="skip", max_bad_fraction=0.1, stall_timeout=QUICK) as guarded:
         got = []
         for batch in guarded:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loaderdoctor.guard.ladder import next_rung
+from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.guard.safe import fork_hazards, persistent_workers_change, start_method_change
 from loaderdoctor.recording import IteratorFacts
 from loaderdoctor.settings import Settings
@@ -42,6 +42,25 @@ def test_a_rung_keeps_the_other_settings():
     assert rung == Settings(num_workers=2, start_method="forkserver", persistent_workers=True, prefetch_factor=4)
     assert next_rung(Settings(num_workers=1, start_method="spawn", persistent_workers=True), "worker-died") == (
         Settings(num_workers=0)
+    )
+
+
+def test_per_worker_streams_keep_their_number_of_workers_but_one_goes_to_the_main_process():
+    assert _walk(Settings(num_workers=2, start_method="fork"), per_worker_streams=True) == [
+        (2, "forkserver"),
+        (2, "spawn"),
+    ]
+    assert _walk(Settings(num_workers=1, start_method="fork"), per_worker_streams=True) == [
+        (1, "forkserver"),
+        (1, "spawn"),
+        (0, None),
+    ]
+    assert _walk(Settings(num_workers=4, start_method="fork"), per_worker_streams=True, picklable=False) == []
+
+
+def test_a_main_process_stall_goes_up_to_one_spawned_worker_that_does_not_persist():
+    assert escalation(Settings(pin_memory=True)) == Settings(
+        num_workers=1, start_method="spawn", persistent_workers=False, pin_memory=True
     )
 
 

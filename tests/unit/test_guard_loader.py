@@ -151,10 +151,11 @@ def test_bad_options_are_usage_errors(options, words):
         guard(_loader(), **options)
 
 
-def test_only_dataloaders_of_map_style_datasets_are_guarded():
+def test_only_dataloaders_of_datasets_the_guard_can_resume_are_guarded():
     with pytest.raises(UsageError, match=r"expects a torch\.utils\.data\.DataLoader, got builtins\.list"):
         guard([1, 2, 3])
-    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream"):
+    # An IterableDataset without state_dict()/load_state_dict(): tests/unit/test_guard_streams.py has those with.
+    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream: without state_dict"):
         guard(DataLoader(_Stream()))
 
 

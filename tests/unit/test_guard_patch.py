@@ -37,6 +37,26 @@ class _Stream(IterableDataset):
         return iter(range(3))
 
 
+class _ResumableStream(IterableDataset):
+    """Yields 0, 1, 2; its state is how many it yielded."""
+
+    def __init__(self) -> None:
+        self.yielded = 0
+        self.resuming = False
+
+    def __iter__(self):
+        self.yielded, self.resuming = (self.yielded if self.resuming else 0), False
+        while self.yielded < 3:
+            self.yielded += 1
+            yield self.yielded - 1
+
+    def state_dict(self) -> dict:
+        return {"yielded": self.yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.yielded, self.resuming = state["yielded"], True
+
+
 class MadeBefore(TorchDataLoader):
     """A user's subclass written before any patch."""
 
@@ -239,6 +259,16 @@ def test_a_loader_the_guard_cannot_resume_is_left_plain_with_a_warning():
         loader = torch.utils.data.DataLoader(_Stream())
     assert type(loader) is TorchDataLoader and [b.tolist() for b in loader] == [[0], [1], [2]]
     assert caught[0].filename == __file__  # said at the user's line
+
+
+def test_an_iterable_dataset_with_state_dict_is_guarded_unless_the_options_do_not_fit_it():
+    patch()
+    with torch.utils.data.DataLoader(_ResumableStream()) as guarded:
+        assert type(guarded) is GuardedLoader and [b.tolist() for b in guarded] == [[0], [1], [2]]
+    patch(on_sample_error="skip")
+    with pytest.warns(LoaderDoctorWarning, match="not guarded: on_sample_error='skip' replaces a sample"):
+        loader = torch.utils.data.DataLoader(_ResumableStream())
+    assert type(loader) is TorchDataLoader and [b.tolist() for b in loader] == [[0], [1], [2]]
 
 
 def test_patched_holds_for_its_block_and_gives_back_what_was_there():

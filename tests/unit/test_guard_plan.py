@@ -111,11 +111,23 @@ def test_a_planned_sampler_drives_a_dataloader():
     assert [b.tolist() for b in loader] == [[15], [19, 18]]
 
 
-def test_an_iterable_dataset_is_refused_with_a_reason():
-    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream: without state_dict"):
+def test_an_iterable_dataset_without_state_dict_is_refused_with_a_reason():
+    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream: without state_dict") as raised:
         check_resumable(DataLoader(_Stream(), batch_size=2))
+    assert "give it state_dict()" in raised.value.hint
 
 
-def test_a_resumable_iterable_dataset_is_refused_as_not_built_yet():
-    with pytest.raises(UsageError, match="offers state_dict\\(\\)/load_state_dict\\(\\): that support is planned"):
-        draw_epoch_plan(DataLoader(_ResumableStream(), batch_size=2), draws_base_seed=True)
+def test_a_resumable_iterable_dataset_has_no_plan_but_draws_the_seed_as_the_plain_loader():
+    def make() -> DataLoader:
+        return DataLoader(_ResumableStream(), batch_size=2, generator=torch.Generator().manual_seed(3))
+
+    check_resumable(make())
+    loader = make()
+    first, second = (draw_epoch_plan(loader, draws_base_seed=True) for _ in range(2))
+    assert first.batches == second.batches == []  # its sampler never ends: the dataset ends the epoch
+    plain = make()
+    states = []
+    for _ in range(2):
+        states.append(plain.generator.get_state())
+        list(plain)
+    assert torch.equal(first.seed_state, states[0]) and torch.equal(second.seed_state, states[1])

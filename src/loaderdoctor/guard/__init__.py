@@ -25,6 +25,7 @@ def guard(
     max_bad_fraction: float = 0.01,
 ) -> GuardedLoader:
     """`loader`, guarded: the same batches in the same order, its stalls and dead workers recovered from.
+    Any map-style dataset; an IterableDataset when it offers state_dict()/load_state_dict() (see GuardedLoader).
 
     stall_timeout: None for adaptive deadlines (see StallPolicy), a number of seconds for both the first
     batch and the later ones, or a StallPolicy. max_restarts: restarts allowed over the loader's life.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from loaderdoctor.guard import children
 from loaderdoctor.guard.plan import PlannedBatchSampler
 from loaderdoctor.guard.samples import SkipReports
+from loaderdoctor.guard.streams import GuardedStream
 from loaderdoctor.settings import Settings
 from loaderdoctor.tap import Tap, TapIterator, shutdown, worker_pids, worker_processes
 from loaderdoctor.watchdog import Watchdog
@@ -19,18 +20,22 @@ if TYPE_CHECKING:
 
 
 class Inner:
-    """One internal DataLoader at one Settings: its planned sampler, its tap, and its current iterator."""
+    """One internal DataLoader at one Settings: its planned sampler (or, over an IterableDataset, its dataset
+    wrapper), its tap, and its current iterator."""
 
     def __init__(
         self,
         loader: DataLoader,
-        sampler: PlannedBatchSampler,
+        sampler: PlannedBatchSampler | None,
         settings: Settings,
         tap: Tap,
         reports: SkipReports | None = None,
+        stream: GuardedStream | None = None,
     ) -> None:
         self.loader = loader
-        self.sampler = sampler
+        self.sampler = sampler  # None over an IterableDataset
+        self.stream = stream  # the IterableDataset's wrapper, which the next iterator's workers receive
+        self.rotation = 0  # over an IterableDataset: the stream id of worker 0 of the workers alive
         self.settings = settings
         self.tap = tap
         self.reports = reports  # the replaced samples' reports, under on_sample_error="skip"

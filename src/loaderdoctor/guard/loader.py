@@ -3,6 +3,7 @@ first batch not yet delivered."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import threading
@@ -12,13 +13,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
 from loaderdoctor.guard import children
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.inner import Inner, Resources
-from loaderdoctor.guard.ladder import next_rung
+from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.guard.options import check_sample_options, stall_policy
 from loaderdoctor.guard.plan import (
     PlannedBatchSampler,
@@ -29,7 +30,8 @@ from loaderdoctor.guard.plan import (
 )
 from loaderdoctor.guard.safe import SettingChange, persistent_workers_change, start_method_change
 from loaderdoctor.guard.samples import MIN_SAMPLES_FOR_FRACTION, GuardedSamples, SkipReports, TaggedPlan
-from loaderdoctor.guard.state import STATE_VERSION, checked_state, dataset_length
+from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, checked_stream_state, dataset_length
+from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
 from loaderdoctor.guard.texts import describe, stuck_text
 from loaderdoctor.host import iterator_facts
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter, kept_interrupter
@@ -86,9 +88,27 @@ class GuardedLoader:
     Without workers (num_workers=0) loading runs in the main process: on a stall the guard takes the main
     thread's stack and, when next() runs in the main thread, interrupts the stuck next() (with SIGUSR2, whose
     handler the guard installs once and keeps; it raises only inside the guard's next() and ignores the
-    signal elsewhere). No rung is left below num_workers=0, so a LoaderDoctorError naming the epoch, the batch,
-    the stuck frame (file:line) and the settings tried ends the run instead of a hang. When next() runs in
-    another thread, which no signal can interrupt, the stall is only recorded and logged, and the guard waits.
+    signal elsewhere). Then, counted as a restart, loading moves up to one worker started with spawn
+    (not persistent: each epoch reads the dataset as the main process holds it, as loading there did), which the
+    guard can end if it stalls again, and resumes at the first batch not yet delivered. That worker is the last
+    rung: should it fail too, a LoaderDoctorError ends the run, so loading never goes back and forth between the
+    main process and a worker (nor goes up at all when a single spawned worker was tried before). When the
+    dataset or its functions cannot be pickled for a spawned worker, loading resumes in the main process
+    instead, up to max_restarts times. Either way the error, once it comes, names the epoch, the batch, the stuck
+    frame (file:line) and the settings tried. When next() runs in another thread, which no signal can
+    interrupt, the stall is only recorded and logged, and the guard waits.
+
+    An IterableDataset is guarded when it offers state_dict() and load_state_dict() (see guard/streams.py for
+    what they must do); without them the guard refuses it with a UsageError, since a restart would repeat or
+    drop samples. It has no batch plan: each batch carries, from the process that loaded it, its worker's id and
+    the dataset's state_dict() right after its samples; the guard hands the user the batch alone and keeps, per
+    worker, the state of the last batch delivered. A restart loads each new worker with the state of the stream
+    it continues and shows it the worker id of that stream, rotated so that the deal goes on with the worker
+    after the one delivered last: the plain loader's batches in the plain loader's order. As the states are per
+    worker, the ladder keeps the number of workers: fork -> forkserver -> spawn, then a LoaderDoctorError; only a
+    single worker goes on to num_workers=0, the main process iterating the same one stream. len() is the plain
+    loader's (the dataset's __len__, if it has one). An error the dataset's iterator raises reaches the user as
+    with the plain loader; on_sample_error="skip", which replaces a sample by index, is refused.
     """
 
     def __init__(
@@ -107,7 +127,8 @@ class GuardedLoader:
         check_resumable(loader)
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise UsageError(f"max_restarts must be a whole number, 0 or more, not {max_restarts!r}")
-        check_sample_options(on_sample_error, max_bad_fraction)
+        self._iterable = isinstance(loader.dataset, IterableDataset)
+        check_sample_options(on_sample_error, max_bad_fraction, iterable=self._iterable)
         self.loader = loader
         self.policy = stall_policy(stall_timeout)
         self.max_restarts = max_restarts
@@ -129,7 +150,12 @@ class GuardedLoader:
         self.tried: list[Settings] = []  # every Settings an iterator was started with, in order
         self._epoch = -1
         self._plan: list[Any] = []
-        self._position = 0  # the plan position of the next batch to deliver
+        self._position = 0  # the plan position of the next batch to deliver: the batches delivered this epoch
+        # Over an IterableDataset: the state of each worker's stream after its last batch delivered this epoch.
+        self._streams = StreamRecord()
+        self._exhausted = True  # over an IterableDataset: no epoch is under way (its end is known at StopIteration)
+        # Loading moved out of the main process after it stalled there (see _after_main_stall): the last rung.
+        self._escalated = False
         self._active = False  # an epoch is under way
         self._resume_pending = False  # load_state_dict() set a plan and position for the next iter() to resume
         self._seed_state: torch.Tensor | None = None
@@ -166,6 +192,8 @@ class GuardedLoader:
             if plan.seed_state is not None:
                 self._seed_state = plan.seed_state
             self._plan, self._position = plan.batches, 0
+            self._streams.reset()
+        self._exhausted = False
         self._consumer = threading.current_thread()
         self._active = True
         self._open()
@@ -188,7 +216,16 @@ class GuardedLoader:
         (see plan_generators), and "seed_state" the one the workers' base seed is drawn from: a CPU generator's
         state is 5056 ints from 0 to 255. Then the restart count, `skipped` and the samples seen by the
         bad-sample budget, which go on counting after a resume.
+
+        Over an IterableDataset the state has "dataset": "iterable" and no plan: "position" counts the epoch's
+        batches delivered, "worker_states" maps each worker id (as a string; "0" for loading in the main
+        process) to its stream's state_dict() right after its last batch delivered (None between epochs),
+        "last_worker" names the stream delivered last (the next batch comes from the one after it), and
+        "num_workers" the workers the streams belong to; the generators, the seed state and the restart count
+        as above. It is JSON-ready when the dataset's own states are.
         """
+        if self._iterable:
+            return self._stream_state()
         mid_epoch = self._epoch >= 0 and self._position < len(self._plan)
         remaining = self._plan[self._position :] if mid_epoch else None
         return {
@@ -212,8 +249,12 @@ class GuardedLoader:
         delivered, in their order, then the later epochs as the saved loader would have drawn them.
 
         Ends any epoch under way and its workers. A UsageError, changing nothing, when the state is of
-        another version, malformed, or from a loader that differs (dataset length, batch size, generators).
+        another version, malformed, or from a loader that differs (dataset length, batch size, generators;
+        over an IterableDataset, mid-epoch, the number of workers: 0 and 1 are both one stream).
         """
+        if self._iterable:
+            self._load_stream_state(state)
+            return
         checked = checked_state(state, self.loader)
         self._end_epoch()
         self._close_inner()  # the next workers start from the loaded seed state
@@ -236,6 +277,53 @@ class GuardedLoader:
                 epoch,
                 position,
                 len(self._plan),
+            )
+
+    def _stream_state(self) -> dict[str, Any]:
+        """state_dict() over an IterableDataset."""
+        mid_epoch = self._epoch >= 0 and not self._exhausted
+        return {
+            "version": STATE_VERSION,
+            "dataset": ITERABLE,
+            "dataset_length": dataset_length(self.loader),
+            "batch_size": self.loader.batch_size,
+            "num_workers": self.settings.num_workers,
+            "epoch": self._epoch if mid_epoch else self._epoch + 1,
+            "position": self._position if mid_epoch else 0,
+            "last_worker": self._streams.last if mid_epoch else None,
+            "worker_states": {str(stream): copy.deepcopy(s) for stream, s in sorted(self._streams.states.items())}
+            if mid_epoch
+            else None,
+            "generators": {place: g.get_state().tolist() for place, g in plan_generators(self.loader).items()},
+            "seed_state": None if self._seed_state is None else self._seed_state.tolist(),
+            "restarts": self.restarts,
+        }
+
+    def _load_stream_state(self, state: dict[str, Any]) -> None:
+        """load_state_dict() over an IterableDataset."""
+        checked = checked_stream_state(state, self.loader, self.settings.num_workers)
+        self._end_epoch()
+        self._close_inner()  # the next workers start from the loaded seed state and streams
+        for place, generator in plan_generators(self.loader).items():
+            generator.set_state(checked["generators"][place])
+        self._seed_state = checked["seed_state"]
+        self.restarts = checked["restarts"]
+        epoch, states = checked["epoch"], checked["worker_states"]
+        self._plan = []
+        self._resume_pending = states is not None
+        if states is None:
+            self._epoch, self._position, self._exhausted = epoch - 1, 0, True
+            self._streams.reset()
+            log.info("loaderdoctor guard: state loaded: the next iter() starts epoch %d", epoch)
+        else:
+            self._epoch, self._position, self._exhausted = epoch, checked["position"], False
+            self._streams.restore(states, checked["last_worker"])
+            log.info(
+                "loaderdoctor guard: state loaded: the next iter() resumes epoch %d after %d batch(es), the "
+                "stream(s) of worker(s) %s where their last batch delivered left them",
+                epoch,
+                self._position,
+                ", ".join(map(str, sorted(states))) or "none",
             )
 
     def __enter__(self) -> GuardedLoader:
@@ -271,7 +359,7 @@ class GuardedLoader:
                 pickled_bytes(self._spec, "forkserver")
                 self._picklable_result = True
             except UsageError as error:
-                log.warning("loaderdoctor guard: fork is kept for its workers: %s", error)
+                log.warning("loaderdoctor guard: only forked workers can receive this loader's dataset: %s", error)
                 self._picklable_result = False
         return self._picklable_result
 
@@ -290,17 +378,31 @@ class GuardedLoader:
             self._apply(change)
 
     def _build(self, settings: Settings) -> Inner:
-        sampler = PlannedBatchSampler([], 0)
         spec = self._spec
-        planned = {"batch_sampler": sampler} if spec.batch_sampler is not None else {"sampler": sampler}
         # The internal loader draws its workers' base seed from a copy of the user's generator taken just
         # before the plain DataLoader's draw: its workers get the seeds a plain DataLoader's would.
         device = spec.generator.device if spec.generator is not None else torch.device("cpu")
         generator = torch.Generator(device=device)
         if self._seed_state is not None:
             generator.set_state(self._seed_state)
-        spec = dataclasses.replace(spec, generator=generator, **planned)
         hook = StackDumpHook(self._resources.stack_dir()) if settings.num_workers else None
+        if self._iterable:
+            stream = GuardedStream(spec.dataset)
+            spec = dataclasses.replace(
+                spec,
+                generator=generator,
+                collate_fn=StreamCollate(spec.collate_fn, stream),
+                worker_init_fn=StreamWorkerInit(spec.worker_init_fn),
+            )
+            loader = spec.build(settings, dataset=stream, worker_hook=hook)
+            tap = Tap(loader, [], start_method=settings.effective_start_method)
+            tap.slowest_wait_s = self._slowest_wait_s
+            inner = Inner(loader, None, settings, tap, stream=stream)
+            self._resources.inner = inner
+            return inner
+        sampler = PlannedBatchSampler([], 0)
+        planned = {"batch_sampler": sampler} if spec.batch_sampler is not None else {"sampler": sampler}
+        spec = dataclasses.replace(spec, generator=generator, **planned)
         reports = SkipReports(self._resources.stack_dir()) if self.on_sample_error == "skip" else None
         dataset = GuardedSamples(spec.dataset, None if reports is None else reports.path)
         loader = spec.build(settings, dataset=dataset, worker_hook=hook)
@@ -317,6 +419,13 @@ class GuardedLoader:
             # Noticed while the user was away from next(), or after the epoch before ended.
             self._recover("stall" if inner.stalled else "worker-died", None)
             inner = None
+        rotation = self._streams.rotation(self.settings.num_workers)
+        if inner is not None and inner.stream is not None and inner.settings.num_workers:
+            alive = not starts_workers(inner.loader)  # persistent workers, kept from the epoch before
+            if alive and (inner.rotation != rotation or self._streams.states):
+                # They were started as other streams, or to resume them: new workers deal from worker 0.
+                self._close_inner()
+                inner = None
         if self.settings.num_workers and (inner is None or starts_workers(inner.loader)):
             self._safe_start()
         if inner is not None and inner.settings != self.settings:
@@ -328,9 +437,14 @@ class GuardedLoader:
             self.tried.append(inner.settings)
         self._iterations += 1
         inner.iteration = self._iterations
-        inner.sampler.replan(
-            self._plan if inner.reports is None else TaggedPlan(self._plan, inner.iteration), self._position
-        )
+        if inner.sampler is not None:
+            inner.sampler.replan(
+                self._plan if inner.reports is None else TaggedPlan(self._plan, inner.iteration), self._position
+            )
+        if inner.stream is not None and (not inner.settings.num_workers or starts_workers(inner.loader)):
+            # What the iterator's new workers (or the main process) resume from: see guard/streams.py.
+            inner.stream.rotation = inner.rotation = rotation
+            inner.stream.resume = dict(self._streams.states) or None
         inner.start = self._position
         inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
         children.arm(inner)
@@ -382,11 +496,12 @@ class GuardedLoader:
                         interrupter.armed, self._main_interrupter = False, None
                     children.disarm()
             except StopIteration:
+                self._exhausted = True
                 self._end_epoch()
                 raise
             except Interrupted:
                 # The watchdog ended a main-process next() that stalled. The signal may have cut the finally
-                # short: disarm again. No rung is left below num_workers=0, so _recover raises.
+                # short: disarm again. Loading moves to a worker, or resumes here (see _after_main_stall).
                 if interrupter is not None:
                     interrupter.armed, self._main_interrupter = False, None
                 children.disarm()
@@ -396,11 +511,14 @@ class GuardedLoader:
             except Exception as error:
                 kind = self._failure(inner, error)
                 if kind is None:
-                    self._position += 1  # the loader's own error (a sample that raised): that batch is spent
+                    if inner.stream is None:
+                        self._position += 1  # the loader's own error (a sample that raised): that batch is spent
                     raise
                 self._recover(kind, error)
                 self._open()
                 continue
+            if inner.stream is not None:
+                batch = self._streams.delivered(batch)  # the user's batch; its stream's state kept
             self._position += 1
             if inner.watchdog is not None and inner.watchdog.fired is not None and not inner.settings.num_workers:
                 # A main-process stall that ended by itself: watch the next batches again.
@@ -537,7 +655,8 @@ class GuardedLoader:
             log.error("loaderdoctor guard: SIGUSR2 has another handler now: the stuck next() cannot be interrupted")
 
     def _recover(self, kind: str, error: BaseException | None) -> None:
-        """End the failed iterator and step one rung down the ladder, or raise when no restart is left."""
+        """End the failed iterator and step one rung down the ladder (after a main-process stall: up to a worker,
+        see _after_main_stall), or raise when no restart or rung is left."""
         inner = self._inner
         failed = inner.settings if inner is not None else self.settings
         if kind == "worker-died":
@@ -557,31 +676,69 @@ class GuardedLoader:
                 )
             )
         self._close_inner()
-        rung = None
-        if self.restarts < self.max_restarts:
-            rung = next_rung(failed, kind, picklable=failed.effective_start_method != "fork" or self._picklable())
+        rung, why = None, ""
+        if self.restarts < self.max_restarts and not self._escalated:
+            if failed.num_workers == 0:
+                rung, why = self._after_main_stall(failed) if kind == "stall" else (None, "")
+            else:
+                picklable = failed.effective_start_method != "fork" or self._picklable()
+                rung = next_rung(failed, kind, picklable=picklable, per_worker_streams=self._iterable)
         if rung is None:
             self._active = False
             raise self._gave_up(kind, error) from error
+        escalated = failed.num_workers == 0 and rung.num_workers > 0
+        self._escalated = self._escalated or escalated
         self.restarts += 1
         self.settings = rung
+        how = f"with {describe(rung)} (was {describe(failed)})" if rung != failed else f"again with {describe(rung)}"
+        detail: dict[str, Any] = {
+            "reason": kind,
+            "restart": self.restarts,
+            "resume_at": self._position,
+            "before": failed.to_dict(),
+            "after": rung.to_dict(),
+            "escalated": escalated,
+        }
+        where = self._at()
+        if self._iterable:
+            where += " (each worker's stream right after its last batch delivered)"
+            detail["streams"] = {
+                "resumed": sorted(self._streams.states),
+                "first": self._streams.rotation(rung.num_workers),
+            }
         self._record(
             GuardEvent(
                 "restart",
                 self._epoch,
                 self._position,
                 f"loaderdoctor guard: restart {self.restarts} of at most {self.max_restarts} after a {kind}: "
-                f"epoch {self._epoch} resumes at batch {self._position} of {len(self._plan)} with "
-                f"{describe(rung)} (was {describe(failed)})",
-                {
-                    "reason": kind,
-                    "restart": self.restarts,
-                    "resume_at": self._position,
-                    "before": failed.to_dict(),
-                    "after": rung.to_dict(),
-                },
+                f"epoch {self._epoch} resumes at {where} {how}{why}",
+                detail,
             )
         )
+
+    def _after_main_stall(self, failed: Settings) -> tuple[Settings | None, str]:
+        """Where loading goes after the guard interrupted a stalled next() in the main process, and why: to one
+        worker started with spawn, which the guard can end if it stalls again (it can only interrupt the main
+        process, whose state the interrupted code may have left half-changed); the main process again when the
+        dataset or its functions cannot be sent to a worker. Once only: that worker is the last rung, so a
+        loader never goes back and forth between the two; none when a single spawned worker was tried before
+        (the ladder came down through it)."""
+        if any(s.num_workers == 1 and s.effective_start_method == "spawn" for s in self.tried):
+            return None, ""
+        if self._picklable():
+            return escalation(failed), (
+                ": loading moves out of the main process, which the guard can only interrupt, to one worker "
+                "started with spawn, which it can end if it stalls again; the last rung"
+            )
+        return failed, (
+            ": the dataset or its functions cannot be sent to a worker process (see the log), so loading stays "
+            "in the main process"
+        )
+
+    def _at(self) -> str:
+        """The epoch's next batch, as the guard's messages name it: of how many, when a plan says."""
+        return f"batch {self._position}" + ("" if self._iterable else f" of {len(self._plan)}")
 
     def _too_many_bad(self, position: int) -> LoaderDoctorError:
         bad, seen = len(self.skipped), self._samples_seen
@@ -602,9 +759,17 @@ class GuardedLoader:
         what = "a stall" if kind == "stall" else "a worker died"
         tried = " -> ".join(describe(s) for s in self.tried) or describe(self.settings)
         message = (
-            f"the guarded DataLoader gave up at epoch {self._epoch}, batch {self._position} of {len(self._plan)}: "
+            f"the guarded DataLoader gave up at epoch {self._epoch}, {self._at()}: "
             f"{what}, after {self.restarts} restart(s) (max_restarts={self.max_restarts}). Settings tried: {tried}."
         )
+        if self.restarts < self.max_restarts:
+            if self._escalated:
+                message += " Loading had moved out of the main process to one spawned worker already: the last rung."
+            elif self._iterable and self.settings.num_workers > 1:
+                message += (
+                    " No rung is left: an IterableDataset's workers each iterate their own stream, whose states "
+                    "resume on as many workers only."
+                )
         if kind == "stall":
             message += f" Stuck at: {stuck_text(self._last_stacks)}."
         elif error is not None:

@@ -20,11 +20,18 @@ def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
     return StallPolicy(floor_s=float(stall_timeout), first_batch_s=float(stall_timeout))
 
 
-def check_sample_options(on_sample_error: str, max_bad_fraction: float) -> None:
-    """A UsageError unless on_sample_error is a known choice and max_bad_fraction a fraction."""
+def check_sample_options(on_sample_error: str, max_bad_fraction: float, *, iterable: bool = False) -> None:
+    """A UsageError unless on_sample_error is a known choice (and one that has a meaning for the dataset: "skip"
+    replaces a sample by index, which an `iterable` dataset has not) and max_bad_fraction a fraction."""
     if on_sample_error not in ON_SAMPLE_ERROR:
         raise UsageError(
             f"on_sample_error must be one of {', '.join(map(repr, ON_SAMPLE_ERROR))}, not {on_sample_error!r}"
+        )
+    if iterable and on_sample_error == "skip":
+        raise UsageError(
+            "on_sample_error='skip' replaces a sample that raises by the next dataset index that loads, and an "
+            "IterableDataset has no indices",
+            hint="use on_sample_error='raise' (the default), and skip bad samples inside the dataset's own iterator",
         )
     number = isinstance(max_bad_fraction, int | float) and not isinstance(max_bad_fraction, bool)
     if not number or not 0 <= max_bad_fraction <= 1:

@@ -59,17 +59,19 @@ def _make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     loader = TorchDataLoader(*args, **kwargs)
     if options is None:
         return loader  # the class was kept (e.g. `from torch.utils.data import DataLoader`) past unpatch()
+    # An explicit DataLoader(persistent_workers=...) wins over patch()'s, as with loaderdoctor.DataLoader.
+    persistent_workers = kwargs.get("persistent_workers", options.get("persistent_workers"))
     try:
         check_resumable(loader)
+        # The options were checked by patch(); what remains is whether they fit this loader (on_sample_error="skip"
+        # over an IterableDataset does not).
+        return GuardedLoader(loader, **{**options, "persistent_workers": persistent_workers})
     except UsageError as error:
         # Process-wide, the guard must not break a loader it cannot protect: this one runs as it would unpatched.
         warnings.warn(
             f"loaderdoctor.patch(): this DataLoader is not guarded: {error.message}", LoaderDoctorWarning, stacklevel=3
         )
         return loader
-    # An explicit DataLoader(persistent_workers=...) wins over patch()'s, as with loaderdoctor.DataLoader.
-    persistent_workers = kwargs.get("persistent_workers", options.get("persistent_workers"))
-    return GuardedLoader(loader, **{**options, "persistent_workers": persistent_workers})
 
 
 class _PatchedMeta(abc.ABCMeta):
@@ -168,7 +170,9 @@ def patch(**options: Any) -> None:
     isinstance(guarded, that class) is False; torch.utils.data.dataloader.DataLoader, left as torch's class
     for loaders that must stay plain; subclasses of DataLoader (class MyLoader(DataLoader)), written before or
     while patched, whose instances are made as the user's code says, unguarded. A loader the guard cannot
-    resume (an IterableDataset) is left plain, with a LoaderDoctorWarning.
+    resume (an IterableDataset without state_dict()/load_state_dict()), or whose dataset the options do not fit
+    (on_sample_error="skip" for an IterableDataset), is left plain, with a LoaderDoctorWarning; an IterableDataset
+    that offers both is guarded.
 
     Calling patch() again replaces the options for loaders made afterwards (those made already keep theirs);
     one unpatch() undoes it. Bad options raise a UsageError here, and torch is left as it was. Thread-safe.

@@ -1,5 +1,5 @@
 """The batch plan: an epoch's batches of indices, drawn once from the user's sampler, and a sampler that
-replays them from any batch on."""
+replays them from any batch on. An IterableDataset has no plan (guard/streams.py resumes it instead)."""
 
 from __future__ import annotations
 
@@ -13,34 +13,33 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.guard.streams import is_resumable_stream
 
 
 @dataclass(frozen=True)
 class EpochPlan:
     """What one epoch delivers, in order, and the random state its workers are seeded from."""
 
-    batches: list[Any]  # lists of indices; single indices when the loader does not collate (batch_size=None)
+    # Lists of indices; single indices when the loader does not collate (batch_size=None); none for an
+    # IterableDataset, which has no indices.
+    batches: list[Any]
     # The state of the generator that the plain DataLoader's iter() draws its workers' base seed from,
     # just before that draw; None when the plain DataLoader would draw none this epoch.
     seed_state: torch.Tensor | None
 
 
 def check_resumable(loader: DataLoader) -> None:
-    """Raise a UsageError unless the guard can replay `loader`'s epochs exactly (map-style datasets only)."""
+    """Raise a UsageError unless the guard can resume `loader` exactly after a restart: any map-style dataset
+    (by its batch plan), an IterableDataset that offers state_dict()/load_state_dict() (see guard/streams.py)."""
     dataset = loader.dataset
-    if not isinstance(dataset, IterableDataset):
+    if not isinstance(dataset, IterableDataset) or is_resumable_stream(dataset):
         return
     kind = type(dataset).__name__
-    if callable(getattr(dataset, "state_dict", None)) and callable(getattr(dataset, "load_state_dict", None)):
-        raise UsageError(
-            f"the guard cannot resume the IterableDataset {kind} yet, although it offers "
-            "state_dict()/load_state_dict(): that support is planned, not built",
-            hint="use the plain DataLoader for it for now, or a map-style Dataset (__getitem__ and __len__)",
-        )
     raise UsageError(
         f"the guard cannot resume the IterableDataset {kind}: without state_dict()/load_state_dict() a restart "
         "would repeat or drop samples",
-        hint="use a map-style Dataset (__getitem__ and __len__), or the plain DataLoader for this one",
+        hint="give it state_dict() (where its iteration stands) and load_state_dict() (continue from there); or "
+        "use a map-style Dataset (__getitem__ and __len__), or the plain DataLoader for this one",
     )
 
 
@@ -51,7 +50,7 @@ def draw_epoch_plan(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
     one when it has none), then its sampler draws the order: the plan makes the same draws in the same
     order, so that it holds the batches the plain DataLoader would deliver with the same seed.
     `draws_base_seed` says whether the plain DataLoader would create a new iterator this epoch (always but
-    for a later epoch of persistent workers).
+    for a later epoch of persistent workers). An IterableDataset's epoch has no plan: only the seed is drawn.
     """
     check_resumable(loader)
     seed_state = None
@@ -59,6 +58,8 @@ def draw_epoch_plan(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
         source = loader.generator if loader.generator is not None else torch.default_generator
         seed_state = source.get_state()
         torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+    if isinstance(loader.dataset, IterableDataset):
+        return EpochPlan([], seed_state)  # its sampler is endless: the dataset decides where the epoch ends
     sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
     return EpochPlan(list(iter(sampler)), seed_state)
 
