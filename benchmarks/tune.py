@@ -6,8 +6,10 @@ Per pipeline (benchmarks/tune_pipelines.py), in one run:
 1. the tuner searches with a budget of S seconds (its own trials, its own clock);
 2. an exhaustive grid measures every Settings of the same space (tune/space.py grid()), one trial each of the
    tuner's trial length, and keeps the fastest;
-3. side by side, in alternating order for R rounds, each contender runs 3 full epochs of a freshly built loader
-   (start-up included, as a training run pays it): the tuner's choice, the grid's best, PyTorch's defaults
+3. side by side, in alternating order for R rounds, each contender runs 8 full epochs of a freshly built loader
+   (start-up included, as a training run pays it: once for persistent workers, each epoch otherwise; these
+   epochs are short, so 8 of them weigh start-up far more than a real run of longer epochs would): the
+   tuner's choice, the grid's best, PyTorch's defaults
    (num_workers=0), Lightning's heuristic (num_workers = cores // ranks - 1) and the seeds' recipe (4 workers,
    prefetch 2, persistent).
 The table gives each contender's median batches/s as a ratio to the grid's best, and the tuner's search time
@@ -32,7 +34,7 @@ from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.run import default_memory_budget, trial_seconds, tune_loader
 from loaderdoctor.tune.space import grid, label
 
-FINAL_EPOCHS = 3
+FINAL_EPOCHS = 8
 
 
 def _epochs_rate(spec: LoaderSpec, settings: Settings) -> float:

@@ -66,6 +66,15 @@ def test_loading_that_waits_on_io_is_given_more_workers_than_cores():
     assert tuning.seconds <= 30.0 * 1.5
 
 
+def test_with_a_training_step_the_cheapest_settings_that_keep_up_are_chosen():
+    # A batch takes a worker 80 ms and the step 40 ms: 2 workers keep up; 8 would be faster but only cost more.
+    report = tune(make_io_loader(), budget_s=30.0, max_workers=8, step_ms=40.0, policy=QUICK)
+    tuning = report.loaders["loader"]
+    assert tuning.chosen.keeps_up
+    assert 2 <= tuning.settings.num_workers <= 4
+    assert all(trial.settings.num_workers <= 4 for trial in tuning.trials if trial.settings.backend == "process")
+
+
 def test_a_trial_that_hangs_is_recorded_as_stalled_and_never_chosen():
     report = tune(
         DataLoader(HangsInLaterWorkers(), batch_size=4), budget_s=24.0, max_workers=4, quick=True, policy=QUICK

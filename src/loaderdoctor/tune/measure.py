@@ -7,18 +7,38 @@ from collections.abc import Callable
 
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.probe import ProbeProgress, probe
-from loaderdoctor.recording import Recording, batches_per_s, loading_cpu_share
+from loaderdoctor.recording import Recording, batches_per_s, loading_cpu_share, steady_batches
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tune.space import batches_in_flight
 from loaderdoctor.tune.trial import Measurement
 from loaderdoctor.watchdog import StallPolicy
 from loaderdoctor.workload import Step
 
-# With a training step, loading keeps up when the loop runs at this share of the step's own pace or more.
-KEEPS_UP = 0.95
+# With a training step, loading keeps up when the step waits for batches at most this share of its own time
+# (median within an epoch, and at an epoch's start as a share of the epoch's steps).
+KEEPS_UP = 0.10
 # A trial runs up to 3 epochs, each given a third of its time at least (an epoch cut short is extrapolated to
 # the loader's epoch length): enough to measure the start-up of later epochs twice.
 TRIAL_EPOCHS = 3
+
+
+def _epoch_model(rec: Recording) -> tuple[float, float, int] | None:
+    """(start-up of an epoch, steady seconds per batch, batches per epoch) from what the run measured; None
+    when it delivered too few batches to tell."""
+    epochs = [e for e in rec.epochs if e.batches > 0 and e.first_batch_s is not None]
+    steady_batches = sum(e.batches - 1 for e in epochs)
+    steady_s = sum(e.wall_s - (e.first_batch_s or 0.0) for e in epochs)
+    if steady_batches == 0 or steady_s <= 0:
+        return None
+    per_batch_s = steady_s / steady_batches
+    later = [e.first_batch_s or 0.0 for e in epochs[1:]]
+    if later:
+        startup_s = statistics.median(later)
+    elif rec.settings.persistent_workers:
+        startup_s = per_batch_s
+    else:
+        startup_s = epochs[0].first_batch_s or 0.0
+    return startup_s, per_batch_s, rec.batches_per_epoch or max(e.batches for e in epochs)
 
 
 def epoch_rate(rec: Recording) -> float:
@@ -30,21 +50,23 @@ def epoch_rate(rec: Recording) -> float:
     epoch's start-up is paid once per training run, not per epoch). A run shorter than an epoch is
     extrapolated to the loader's epoch length the same way.
     """
-    epochs = [e for e in rec.epochs if e.batches > 0 and e.first_batch_s is not None]
-    steady_batches = sum(e.batches - 1 for e in epochs)
-    steady_s = sum(e.wall_s - (e.first_batch_s or 0.0) for e in epochs)
-    if steady_batches == 0 or steady_s <= 0:
+    model = _epoch_model(rec)
+    if model is None:
         return batches_per_s(rec)
-    per_batch_s = steady_s / steady_batches
-    later = [e.first_batch_s or 0.0 for e in epochs[1:]]
-    if later:
-        startup_s = statistics.median(later)
-    elif rec.settings.persistent_workers:
-        startup_s = per_batch_s
-    else:
-        startup_s = epochs[0].first_batch_s or 0.0
-    per_epoch = rec.batches_per_epoch or max(e.batches for e in epochs)
+    startup_s, per_batch_s, per_epoch = model
     return per_epoch / (startup_s + (per_epoch - 1) * per_batch_s)
+
+
+def keeps_up(rec: Recording) -> bool | None:
+    """Whether loading kept up with the training step: the step hardly waited for a batch, neither within an
+    epoch (median wait) nor at its start; None without a step."""
+    model = _epoch_model(rec)
+    if rec.step_s is None or rec.step_s <= 0 or model is None:
+        return None
+    waits = [b.wait_s for b in steady_batches(rec)]
+    startup_s, _, per_epoch = model
+    steady_wait_s = statistics.median(waits) if waits else startup_s
+    return steady_wait_s <= KEEPS_UP * rec.step_s and startup_s <= KEEPS_UP * rec.step_s * per_epoch
 
 
 def mean_batch_bytes(rec: Recording) -> int | None:
@@ -73,16 +95,13 @@ def measurement(rec: Recording) -> Measurement:
         outcome, error = "completed", f"no batch within the trial's {rec.budget_s:.1f} s"
     rate = epoch_rate(rec) if outcome == "completed" else 0.0
     exhausted = [e.batches for e in rec.epochs if e.ended == "exhausted"]
-    keeps_up = None
-    if rec.step_s is not None and rec.step_s > 0:
-        keeps_up = rate * rec.step_s >= KEEPS_UP
     return Measurement(
         batches_per_s=rate,
         outcome=outcome,
         seconds=rec.wall_s,
         memory_bytes=loading_memory_bytes(rec),
         cpu_share=loading_cpu_share(rec),
-        keeps_up=keeps_up,
+        keeps_up=keeps_up(rec) if outcome == "completed" else None,
         error=error,
         epoch_batches=max(exhausted) if exhausted else None,
     )

@@ -1,0 +1,83 @@
+"""check's use of the tuner's quick mode: when it searches, and when the searched settings replace the rules' fix
+(the tuner and the probe faked)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from recordings import make_recording
+from torch.utils.data import DataLoader, TensorDataset
+
+from loaderdoctor.report import Finding, Verification
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.tune.result import LoaderTuning
+from loaderdoctor.tune.space import Limits
+from loaderdoctor.tune.trial import Measurement, Trial
+
+# The module, not the function loaderdoctor.check that shadows it on the package.
+check_module = importlib.import_module("loaderdoctor.check")
+
+RULES_FIX = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True)
+SEARCHED = Settings(num_workers=8, prefetch_factor=2, persistent_workers=True)
+LIMITS = Limits(2.0, 2**30, None, 64, None, False, False)
+
+
+def _finding() -> Finding:
+    return Finding("input-bound", "critical", "slow", {}, "", settings_change={"num_workers": 2})
+
+
+def _verification(settings: Settings, after: float) -> Verification:
+    return Verification(settings, 10.0, after, "completed", "completed", True, f"{after / 10:.2f}x faster")
+
+
+def _tuning(settings: Settings) -> LoaderTuning:
+    baseline = Trial(1, Settings(), "baseline", "measured", [Measurement(10.0, "completed", 1.0)])
+    chosen = Trial(2, settings, "workers", "measured", [Measurement(50.0, "completed", 1.0)])
+    return LoaderTuning("train", [baseline, chosen], baseline, chosen, LIMITS, 10.0, "converged", None)
+
+
+@pytest.mark.parametrize(
+    ("fixed", "worth"),
+    [
+        (RULES_FIX, True),
+        (Settings(pin_memory=True), False),  # nothing about speed changes
+    ],
+)
+def test_a_search_is_run_only_for_a_speed_fix_of_a_loader_that_ran(fixed, worth):
+    ran = make_recording(settings=Settings())
+    assert check_module._worth_a_search(ran, fixed) is worth
+    assert check_module._worth_a_search(make_recording(settings=Settings(), outcome="stalled"), RULES_FIX) is False
+
+
+def _searched_fix(monkeypatch, searched_after: float) -> Verification:
+    monkeypatch.setattr(check_module, "tune_loader", lambda *args, **kwargs: _tuning(SEARCHED))
+    monkeypatch.setattr(
+        check_module, "verify", lambda spec, rec, findings, settings, **kw: _verification(settings, searched_after)
+    )
+    spec = LoaderSpec.from_loader(DataLoader(TensorDataset(torch.arange(8.0))))
+    return check_module._searched_fix(
+        spec,
+        make_recording(settings=Settings()),
+        [_finding()],
+        _verification(RULES_FIX, 30.0),
+        search_s=20.0,
+        verify_s=lambda: 5.0,
+        epochs=3,
+        step=None,
+        policy=None,
+        progress=None,
+        name="train",
+    )
+
+
+def test_the_searched_settings_replace_the_rules_fix_when_measured_faster(monkeypatch):
+    chosen = _searched_fix(monkeypatch, searched_after=45.0)
+    assert chosen.settings == SEARCHED and chosen.source == "tune"
+    assert "quick measured search" in chosen.note and "1.50x the rules' fix" in chosen.note
+
+
+def test_the_rules_fix_stays_when_the_search_is_not_clearly_faster(monkeypatch):
+    chosen = _searched_fix(monkeypatch, searched_after=31.0)  # 1.03x: within the margin
+    assert chosen.settings == RULES_FIX and chosen.source == "rules"
