@@ -172,6 +172,11 @@ def steady_batches(rec: Recording) -> list[BatchRecord]:
     return steady
 
 
+def mean_batch_bytes(rec: Recording) -> float | None:
+    """The mean size of a delivered batch in bytes; None when none was delivered."""
+    return statistics.mean(b.nbytes for b in rec.batches) if rec.batches else None
+
+
 def wait_fraction(rec: Recording) -> float | None:
     """Share of steady-state time the training loop spent waiting in next(); None without a training step."""
     if rec.step_s is None:
@@ -235,6 +240,7 @@ def measurements(rec: Recording) -> dict[str, Any]:
     per_batch = batches_per_s(rec)
     samples = sum(b.samples for b in rec.batches)
     wf = wait_fraction(rec)
+    batch_bytes = mean_batch_bytes(rec)
     return {
         "batches_per_s": round(per_batch, 3),
         "samples_per_s": round(samples / rec.wall_s, 3) if rec.wall_s > 0 else 0.0,
@@ -247,7 +253,7 @@ def measurements(rec: Recording) -> dict[str, Any]:
         "step_ms": None if rec.step_s is None else round(rec.step_s * 1000, 3),
         "wait_ms_p50": _ms(statistics.median(steady_waits) if steady_waits else None),
         "wait_ms_p95": _ms(_percentile(steady_waits, 0.95)),
-        "batch_mb": round(statistics.mean(b.nbytes for b in rec.batches) / 2**20, 3) if rec.batches else None,
+        "batch_mb": None if batch_bytes is None else round(batch_bytes / 2**20, 3),
         "loading_cpu_share": _rounded(loading_cpu_share(rec), 3),
         "worker_uss_mb_max": round(max(uss) / 2**20, 1) if uss else None,
         "start_method": rec.start_method,

@@ -70,6 +70,17 @@ class Settings:
             )
         return Settings(**fields)
 
+    @property
+    def batches_in_flight(self) -> int:
+        """How many batches loading may hold ready ahead of the training loop: prefetch_factor per worker, or
+        the threads' batches and the prefetch queue's; none without workers."""
+        if self.num_workers == 0:
+            return 0
+        prefetch = self.prefetch_factor or 2
+        if self.backend == "thread":
+            return self.num_workers + prefetch
+        return self.num_workers * prefetch
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from faults import strikes
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning
@@ -65,10 +66,7 @@ class Faulty(Dataset):
         return index
 
     def _strikes(self) -> bool:
-        if self.arm_file is not None and not os.path.exists(self.arm_file):
-            return False
-        if not self.once:
-            return True
+        return strikes(self.marker, arm_file=self.arm_file, once=self.once)
         try:
             os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
         except FileExistsError:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from faults import strikes
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaderdoctor.errors import LoaderDoctorError
@@ -92,10 +93,7 @@ class Shards(IterableDataset):
     def _strikes(self) -> bool:
         if get_worker_info() is None and not self.in_main:
             return False
-        if self.arm_file is not None and not os.path.exists(self.arm_file):
-            return False
-        if not self.once:
-            return True
+        return strikes(self.marker, arm_file=self.arm_file, once=self.once)
         try:
             os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
         except FileExistsError:

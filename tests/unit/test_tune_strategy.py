@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from loaderdoctor.settings import Settings
-from loaderdoctor.tune.space import Limits, batches_in_flight, grid
+from loaderdoctor.tune.space import Limits, grid
 from loaderdoctor.tune.strategy import Search
 from loaderdoctor.tune.trial import Measurement
 
@@ -155,8 +155,8 @@ def test_batches_in_flight_that_would_fill_shm_are_refused():
     limits = _limits(shm_bytes=2 * GB)
     result = _search(host, limits, batch_bytes=200 * 2**20).run()  # 4 workers x 2 batches x 200 MB = 1.6 GB
     refused = [t.settings for t in result.trials if t.verdict == "over-shm"]
-    assert refused and all(batches_in_flight(s) * 200 * 2**20 > GB for s in refused)
-    assert all(batches_in_flight(s) * 200 * 2**20 <= GB for s in host.ran)
+    assert refused and all(s.batches_in_flight * 200 * 2**20 > GB for s in refused)
+    assert all(s.batches_in_flight * 200 * 2**20 <= GB for s in host.ran)
     assert result.chosen.settings.num_workers == 2
 
 

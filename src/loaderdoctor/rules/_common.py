@@ -85,15 +85,6 @@ def threads_per_worker(rec: Recording) -> int | None:
     return statistics.median_low(most) if most else None
 
 
-def mean_batch_bytes(rec: Recording) -> float | None:
-    return statistics.mean(b.nbytes for b in rec.batches) if rec.batches else None
-
-
-def batches_in_flight(rec: Recording) -> int:
-    """How many batches the workers may hold ready at once: prefetch_factor per worker."""
-    return (rec.settings.prefetch_factor or DEFAULT_PREFETCH_FACTOR) * rec.settings.num_workers
-
-
 @dataclass(frozen=True)
 class ForkHazards:
     """What was alive in the main process when workers were created that a forked child cannot inherit."""

@@ -5,16 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from loaderdoctor.recording import Recording, loading_cpu_share, wait_fraction
+from loaderdoctor.recording import Recording, loading_cpu_share, mean_batch_bytes, wait_fraction
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     CRITICAL_TIME_SHARE,
     DEFAULT_PREFETCH_FACTOR,
     POOLED_THREADS_PER_WORKER,
-    batches_in_flight,
     is_io_bound,
     mb,
-    mean_batch_bytes,
     percent,
     rounded,
     settings_snippet,
@@ -124,7 +122,7 @@ def fd_limit(rec: Recording) -> Finding | None:
         or host.fd_soft_limit is None
     ):
         return None
-    in_flight = batches_in_flight(rec) * TENSORS_PER_BATCH_GUESS
+    in_flight = rec.settings.batches_in_flight * TENSORS_PER_BATCH_GUESS
     needed = host.open_fds + in_flight
     if needed > host.fd_soft_limit:
         severity, title = (
@@ -183,7 +181,7 @@ def shm_capacity(rec: Recording) -> Finding | None:
     if rec.settings.num_workers == 0 or free is None or batch_bytes is None:
         return None
     # Every local rank runs its own workers, all sharing the one /dev/shm.
-    in_flight = batch_bytes * batches_in_flight(rec) * rec.host.local_ranks
+    in_flight = batch_bytes * rec.settings.batches_in_flight * rec.host.local_ranks
     if in_flight > free:
         severity = "critical"
         title = f"Batches in flight need about {mb(in_flight):g} MB of /dev/shm, but only {mb(free):g} MB is free"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from loaderdoctor.recording import Recording, WorkerSample, worker_growth
+from loaderdoctor.recording import Recording, WorkerSample, mean_batch_bytes, worker_growth
 from loaderdoctor.report import Finding
-from loaderdoctor.rules._common import MIB, mb, mean_batch_bytes, samples_by_worker, settings_snippet
+from loaderdoctor.rules._common import MIB, mb, samples_by_worker, settings_snippet
 
 GROWTH_WARNING_BYTES = 64 * MIB
 GROWTH_CRITICAL_BYTES = 256 * MIB

@@ -7,9 +7,14 @@ from collections.abc import Callable
 
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.probe import ProbeProgress, probe
-from loaderdoctor.recording import Recording, batches_per_s, loading_cpu_share, steady_batches
+from loaderdoctor.recording import (
+    Recording,
+    batches_per_s,
+    loading_cpu_share,
+    mean_batch_bytes,
+    steady_batches,
+)
 from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.tune.space import batches_in_flight
 from loaderdoctor.tune.trial import Measurement
 from loaderdoctor.watchdog import StallPolicy
 from loaderdoctor.workload import Step
@@ -69,17 +74,13 @@ def keeps_up(rec: Recording) -> bool | None:
     return steady_wait_s <= KEEPS_UP * rec.step_s and startup_s <= KEEPS_UP * rec.step_s * per_epoch
 
 
-def mean_batch_bytes(rec: Recording) -> int | None:
-    return int(statistics.mean(b.nbytes for b in rec.batches)) if rec.batches else None
-
-
 def loading_memory_bytes(rec: Recording) -> int | None:
     """The most memory loading held at once: its worker processes' USS together, at the busiest sampling,
     plus its batches in flight; None without workers (loading then shares the main process's memory)."""
     if rec.settings.num_workers == 0:
         return None
     batch_bytes = mean_batch_bytes(rec) or 0
-    in_flight = batches_in_flight(rec.settings) * batch_bytes
+    in_flight = int(rec.settings.batches_in_flight * batch_bytes)
     by_time: dict[float, int] = {}
     for sample in rec.worker_samples:
         by_time[sample.t_s] = by_time.get(sample.t_s, 0) + sample.uss_bytes

@@ -15,11 +15,11 @@ from loaderdoctor import target as targets
 from loaderdoctor.errors import UsageError
 from loaderdoctor.host import host_facts
 from loaderdoctor.probe import ProbeProgress
-from loaderdoctor.recording import Recording
+from loaderdoctor.recording import Recording, mean_batch_bytes
 from loaderdoctor.rules._common import fork_hazards
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.threads import threads_available
-from loaderdoctor.tune.measure import mean_batch_bytes, probe_measure
+from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits, label
 from loaderdoctor.tune.strategy import Search
@@ -121,7 +121,7 @@ def tune_loader(
         limits,
         budget_s=budget_s - (clock() - started),
         trial_s=trial_s,
-        batch_bytes=None if baseline_rec is None else mean_batch_bytes(baseline_rec),
+        batch_bytes=None if baseline_rec is None or not baseline_rec.batches else int(mean_batch_bytes(baseline_rec)),
         keep_up=step is not None,
         quick=quick,
         clock=clock,

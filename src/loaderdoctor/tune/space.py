@@ -71,17 +71,6 @@ def worker_counts(limits: Limits) -> list[int]:
     return counts
 
 
-def batches_in_flight(settings: Settings) -> int:
-    """How many batches can be loaded and waiting at once: each worker's prefetch, or the threads' and the
-    prefetch queue's."""
-    if settings.num_workers == 0:
-        return 1
-    prefetch = settings.prefetch_factor or 2
-    if settings.backend == "thread":
-        return settings.num_workers + prefetch
-    return settings.num_workers * prefetch
-
-
 def grid(limits: Limits) -> list[Settings]:
     """Every Settings of the space, for an exhaustive search to compare the tuner with: worker counts (powers
     of two and the counts between them), prefetch factors, persistent or not, and threads when they can run."""

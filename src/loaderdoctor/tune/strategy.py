@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoctor.settings import Settings
-from loaderdoctor.tune.space import Limits, batches_in_flight, candidate, worker_counts
+from loaderdoctor.tune.space import Limits, candidate, worker_counts
 from loaderdoctor.tune.trial import Measurement, Trial
 
 log = logging.getLogger("loaderdoctor")
@@ -36,7 +36,6 @@ CLOSE = 0.10  # rates within 10% of each other are a close call: measured again 
 EQUAL = 0.03  # in the final, rates within 3% of the fastest are equal: the cheapest of them wins
 FINALISTS = 4  # trials measured again in the final (2 in quick mode)
 COMPUTING = 0.85  # workers using this share of the cores already: more than the cores only compete
-_FAILED = {"stalled": "stalled", "crashed": "crashed"}
 
 
 @dataclass
@@ -249,8 +248,8 @@ class Search:
 
     def _record(self, trial: Trial, measurement: Measurement) -> None:
         trial.runs.append(measurement)
-        if measurement.outcome in _FAILED:
-            trial.verdict = _FAILED[measurement.outcome]
+        if measurement.outcome in ("stalled", "crashed"):
+            trial.verdict = measurement.outcome
             trial.note = measurement.error or f"the run {measurement.outcome}"
         elif self._other_data(measurement):
             trial.verdict = "other-data"
@@ -305,7 +304,7 @@ class Search:
 
     def _refusal(self, settings: Settings) -> tuple[str, str] | None:
         """(verdict, why) when the budgets rule `settings` out before it runs."""
-        in_flight = None if self.batch_bytes is None else batches_in_flight(settings) * self.batch_bytes
+        in_flight = None if self.batch_bytes is None else settings.batches_in_flight * self.batch_bytes
         shm = self.limits.shm_bytes
         uses_shm = settings.backend == "process" and settings.num_workers > 0
         if uses_shm and in_flight is not None and shm is not None and in_flight > shm / 2:
@@ -325,10 +324,8 @@ class Search:
         per_worker = []
         for trial in self._process_trials():
             workers, memory = trial.settings.num_workers, trial.memory_bytes
-            if workers and memory is not None and trial.runs:
-                measured_in_flight = (
-                    0 if self.batch_bytes is None else batches_in_flight(trial.settings) * (self.batch_bytes)
-                )
+            if workers and memory is not None:
+                measured_in_flight = trial.settings.batches_in_flight * (self.batch_bytes or 0)
                 per_worker.append(max(0, memory - measured_in_flight) / workers)
         if not per_worker:
             return None
