@@ -9,23 +9,31 @@ from typing import Any
 
 from loaderdoctor import target as targets
 from loaderdoctor.errors import UsageError
-from loaderdoctor.prescribe import prescribe, verify
+from loaderdoctor.prescribe import prescribe
 from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import Recording
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
-from loaderdoctor.rules import diagnose
+from loaderdoctor.rules import diagnose, order
+from loaderdoctor.rules.data import duplicate_samples
 from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.tune.measure import measurement
 from loaderdoctor.tune.run import MIN_TRIAL_S, default_memory_budget, tune_loader
+from loaderdoctor.verify import verify
 from loaderdoctor.watchdog import StallPolicy
 from loaderdoctor.workload import Step
 
-# progress(loader name, phase: "measure" | "verify", figures so far)
+# progress(loader name, phase: "measure" | "tune" | "verify", figures so far)
 CheckProgress = Callable[[str, str, ProbeProgress], None]
 DEFAULT_BUDGET_S = 60.0
 DEFAULT_EPOCHS = 3
-# When the rules' fix is about speed, a quick measured search (the tuner's quick mode) gets this many budget
-# shares, at most MAX_SEARCH_S; its choice replaces the rules' fix when measured SEARCH_MARGIN faster.
-_SEARCH_SHARES = 2
+# Of each loader's budget: this share measures it; the rest verifies the fix in turns with the original
+# settings, after a quick measured search (the tuner's quick mode) when the fix is about speed and at least
+# MIN_SEARCH_BUDGET_S are left after measuring (the default budget leaves that; a smaller one leaves all of it
+# to the verification's windows): SEARCH_SHARE of it, at most MAX_SEARCH_S. The searched settings replace the
+# rules' fix only when measured SEARCH_MARGIN faster.
+MEASURE_SHARE = 0.25
+SEARCH_SHARE = 0.3
+MIN_SEARCH_BUDGET_S = 40.0
 MAX_SEARCH_S = 20.0
 SEARCH_MARGIN = 1.05
 _SPEED_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers")
@@ -41,68 +49,78 @@ def check(
     policy: StallPolicy | None = None,
     progress: CheckProgress | None = None,
 ) -> Report:
-    """Measure every loader of `target_or_loader` within about `budget_s` seconds in all, name what is wrong,
-    and measure the prescribed settings too (unless verify_fix is False)."""
+    """Measure every loader of `target_or_loader` within about `budget_s` seconds in all (workers' start-up
+    comes on top), name what is wrong, and measure the prescribed settings against the original ones too
+    (unless verify_fix is False)."""
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
     resolved = targets.resolve_any(target_or_loader, "check")
     try:
         step = resolved.workload.training_step(step_ms)
         deadline = time.monotonic() + budget_s
-        probes_left = len(resolved.loaders) * (2 if verify_fix else 1)
-
-        def budget_share() -> float:
-            """What is left of the budget, shared by the probes still to run (each one's share grows when an
-            earlier one needed less)."""
-            return max(1.0, (deadline - time.monotonic()) / max(probes_left, 1))
-
         reports: dict[str, LoaderReport] = {}
-        for name, loader in resolved.loaders.items():
-            spec = LoaderSpec.from_loader(loader)
-            phase_progress = _phase_progress(progress, name)
-            measure = phase_progress("measure")
-            recording = probe(spec, budget_s=budget_share(), epochs=epochs, step=step, policy=policy, progress=measure)
-            probes_left -= 1
-            findings = diagnose(recording)
-            fixed = prescribe(recording, findings) if verify_fix else None
-            verification = None
-            if fixed is not None:
-                searched = _worth_a_search(recording, fixed)
-                if searched:
-                    probes_left += _SEARCH_SHARES + 1  # the search, and the measuring of what it finds
-                verification = verify(
-                    spec,
-                    recording,
-                    findings,
-                    fixed,
-                    budget_s=budget_share(),
-                    epochs=epochs,
-                    step=step,
-                    policy=policy,
-                    progress=phase_progress("verify"),
-                )
-                if searched:
-                    probes_left -= 1
-                    verification = _searched_fix(
-                        spec,
-                        recording,
-                        findings,
-                        verification,
-                        search_s=min(MAX_SEARCH_S, budget_share() * _SEARCH_SHARES),
-                        verify_s=budget_share,
-                        epochs=epochs,
-                        step=step,
-                        policy=policy,
-                        progress=progress,
-                        name=name,
-                    )
-                    probes_left -= _SEARCH_SHARES
-            if verify_fix:
-                probes_left -= 1
-            reports[name] = LoaderReport(name, recording, findings, verification)
+        names = list(resolved.loaders)
+        for number, name in enumerate(names):
+            loader_budget = max(1.0, (deadline - time.monotonic()) / (len(names) - number))
+            spec = LoaderSpec.from_loader(resolved.loaders[name])
+            reports[name] = _check_loader(
+                name,
+                spec,
+                budget_s=loader_budget,
+                epochs=epochs,
+                step=step,
+                verify_fix=verify_fix,
+                policy=policy,
+                progress=progress,
+            )
         return Report(resolved.target, reports)
     finally:
         resolved.close()
+
+
+def _check_loader(
+    name: str,
+    spec: LoaderSpec,
+    *,
+    budget_s: float,
+    epochs: int,
+    step: Step | None,
+    verify_fix: bool,
+    policy: StallPolicy | None,
+    progress: CheckProgress | None,
+) -> LoaderReport:
+    """One loader: measure, diagnose, prescribe, search when worth it, and verify in turns."""
+    deadline = time.monotonic() + budget_s
+    phase = _phase_progress(progress, name)
+    measure_s = budget_s * (MEASURE_SHARE if verify_fix else 1.0)
+    recording = probe(spec, budget_s=measure_s, epochs=epochs, step=step, policy=policy, progress=phase("measure"))
+    findings = diagnose(recording)
+    fixed = prescribe(recording, findings) if verify_fix else None
+    if fixed is None:
+        return LoaderReport(name, recording, findings, None)
+    candidates = [fixed]
+    left = deadline - time.monotonic()
+    searched_trials = 0
+    if _worth_a_search(recording, fixed) and left >= MIN_SEARCH_BUDGET_S:
+        found, searched_trials = _search(
+            name, spec, recording, search_s=min(MAX_SEARCH_S, left * SEARCH_SHARE), step=step, policy=policy,
+            progress=progress,
+        )  # fmt: skip
+        if found is not None and found not in (fixed, recording.settings):
+            candidates.append(found)
+    verifications = verify(
+        spec,
+        recording,
+        findings,
+        candidates,
+        budget_s=max(1.0, deadline - time.monotonic()),
+        step=step,
+        policy=policy,
+        progress=phase("verify"),
+    )
+    verification = _chosen(verifications, searched_trials)
+    findings = _with_data_findings(findings, verification)
+    return LoaderReport(name, recording, findings, verification)
 
 
 def _worth_a_search(recording: Recording, fixed: Settings) -> bool:
@@ -114,24 +132,20 @@ def _worth_a_search(recording: Recording, fixed: Settings) -> bool:
     return any(getattr(fixed, knob) != getattr(before, knob) for knob in _SPEED_KNOBS)
 
 
-def _searched_fix(
+def _search(
+    name: str,
     spec: LoaderSpec,
     recording: Recording,
-    findings: list[Finding],
-    rules_fix: Verification,
     *,
     search_s: float,
-    verify_s: Callable[[], float],
-    epochs: int,
     step: Step | None,
     policy: StallPolicy | None,
     progress: CheckProgress | None,
-    name: str,
-) -> Verification:
-    """The tuner's quick search, its choice measured the way the rules' fix was: the faster of the two, the
-    searched one only when it beats the rules' fix by SEARCH_MARGIN."""
+) -> tuple[Settings | None, int]:
+    """The settings the tuner's quick search chose (None when it found nothing better than the baseline), and
+    how many trials it made. The check's own measurement is its baseline."""
     if search_s < 3 * MIN_TRIAL_S:
-        return rules_fix
+        return None, 0
     tune_progress = None if progress is None else (lambda _name, _what, figures: progress(name, "tune", figures))
     tuning = tune_loader(
         name,
@@ -142,29 +156,35 @@ def _searched_fix(
         quick=True,
         policy=policy,
         progress=tune_progress,
+        baseline=(recording, measurement(recording)),
     )
-    found = tuning.settings
-    if found.backend == "process" and found.num_workers:
-        found = found.replace(worker_threads=rules_fix.settings.worker_threads)  # the rules' thread limit stays
-    if not tuning.found or found in (rules_fix.settings, recording.settings):
+    if not tuning.found or tuning.chosen is tuning.baseline:
+        return None, len(tuning.trials)
+    return tuning.settings, len(tuning.trials)
+
+
+def _chosen(verifications: list[Verification], searched_trials: int) -> Verification:
+    """The rules' fix (the first), unless the searched one (the second) helps and is SEARCH_MARGIN faster."""
+    rules_fix = verifications[0]
+    if len(verifications) < 2:
         return rules_fix
-    searched = verify(
-        spec,
-        recording,
-        findings,
-        found,
-        budget_s=verify_s(),
-        epochs=epochs,
-        step=step,
-        policy=policy,
-        progress=None if progress is None else (lambda figures: progress(name, "verify", figures)),
-    )
-    if searched.helped and searched.after >= rules_fix.after * SEARCH_MARGIN:
-        versus = f", {searched.after / rules_fix.after:.2f}x the rules' fix" if rules_fix.after > 0 else ""
-        searched.note += f"; found by a quick measured search of {len(tuning.trials)} trials{versus}"
-        searched.source = "tune"
-        return searched
-    return rules_fix
+    searched = verifications[1]
+    beats = searched.helped and (not rules_fix.helped or searched.after >= rules_fix.after * SEARCH_MARGIN)
+    if not beats:
+        return rules_fix
+    versus = f", {searched.after / rules_fix.after:.2f}x the rules' fix" if rules_fix.after > 0 else ""
+    searched.note += f"; found by a quick measured search of {searched_trials} trials{versus}"
+    searched.source = "tune"
+    return searched
+
+
+def _with_data_findings(findings: list[Finding], verification: Verification) -> list[Finding]:
+    """The findings, with duplicate-samples added when the fix's run showed workers repeating the stream."""
+    after = verification.after_recording
+    if verification.verdict != "other-data" or after is None or any(f.rule == "duplicate-samples" for f in findings):
+        return findings
+    finding = duplicate_samples(after)
+    return findings if finding is None else order([*findings, finding])
 
 
 def _phase_progress(

@@ -6,20 +6,16 @@ import contextlib
 import os
 import resource
 import shutil
-import sys
-import threading
 import time
 from pathlib import Path
 
 import psutil
 import torch
 
-from loaderdoctor.recording import HostFacts, IteratorFacts, StrayProcess
+from loaderdoctor.recording import HostFacts, OtherProcess, StrayProcess
 
 # Threads loaderdoctor starts are named with this prefix, so they are never counted as the user's.
 OWN_THREAD_PREFIX = "loaderdoctor-"
-# multiprocessing's queue feeders serve earlier iterators' queues; workers never touch their locks.
-_HARMLESS_THREADS = ("QueueFeederThread",)
 _WORKER_MARKERS = ("multiprocessing.spawn", "multiprocessing.forkserver", "spawn_main")
 _STRAY_CPU_SAMPLE_S = 0.2
 
@@ -44,37 +40,6 @@ def usable_cores() -> tuple[float, int, float | None]:
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     quota = cgroup_cpu_quota()
     return float(min(affinity, quota) if quota else affinity), affinity, quota
-
-
-def other_threads() -> list[str]:
-    """Names of the threads alive in this process besides the main one and loaderdoctor's own."""
-    return [
-        t.name
-        for t in threading.enumerate()
-        if t is not threading.main_thread()
-        and not t.name.startswith(OWN_THREAD_PREFIX)
-        and t.name not in _HARMLESS_THREADS
-    ]
-
-
-def native_threads() -> int:
-    """OS threads of this process that Python's threading module did not start."""
-    try:
-        return max(0, psutil.Process().num_threads() - threading.active_count())
-    except psutil.Error:
-        return 0
-
-
-def iterator_facts(epoch: int, start_method: str | None) -> IteratorFacts:
-    """What holds in the main process now, just before an iterator forks or spawns its workers."""
-    return IteratorFacts(
-        epoch=epoch,
-        start_method=start_method,
-        threads=other_threads(),
-        cuda_initialized=bool(torch.cuda.is_initialized()),
-        inductor_loaded="torch._inductor" in sys.modules,
-        native_threads=native_threads(),
-    )
 
 
 def _accelerator() -> str | None:
@@ -138,6 +103,55 @@ def stray_workers() -> list[StrayProcess]:
         except psutil.Error:
             continue
     return strays
+
+
+# A process outside the run that used less than this share of a core is not worth naming.
+_NAMED_OTHER_CORES = 0.1
+_NAMED_OTHERS = 5
+
+CpuSnapshot = dict[tuple[int, float], tuple[float, str]]  # (pid, creation time) -> (CPU seconds, command line)
+
+
+def cpu_snapshot() -> CpuSnapshot:
+    """The CPU seconds every process of the machine has used so far, by pid and creation time."""
+    snapshot: CpuSnapshot = {}
+    for proc in psutil.process_iter(["cpu_times", "create_time", "name"]):
+        times, created = proc.info["cpu_times"], proc.info["create_time"]
+        if times is not None and created is not None:
+            snapshot[(proc.pid, created)] = (times.user + times.system, proc.info["name"] or "")
+    return snapshot
+
+
+def _own_tree() -> set[int]:
+    """This process and all its descendants (workers, the forkserver, compile workers)."""
+    own = psutil.Process()
+    pids = {own.pid}
+    with contextlib.suppress(psutil.Error):
+        pids.update(child.pid for child in own.children(recursive=True))
+    return pids
+
+
+def busiest_others(before: CpuSnapshot, after: CpuSnapshot, seconds: float) -> list[OtherProcess]:
+    """The processes outside this one and its children that used the most CPU between two snapshots taken
+    `seconds` apart (at least a tenth of a core each), busiest first."""
+    if seconds <= 0:
+        return []
+    own = _own_tree()
+    others = []
+    for key, (cpu_s, name) in after.items():
+        pid = key[0]
+        if pid in own or key not in before:
+            continue
+        cores = (cpu_s - before[key][0]) / seconds
+        if cores >= _NAMED_OTHER_CORES:
+            others.append((cores, pid, name))
+    named = []
+    for cores, pid, name in sorted(others, reverse=True)[:_NAMED_OTHERS]:
+        cmdline = name
+        with contextlib.suppress(psutil.Error):
+            cmdline = " ".join(psutil.Process(pid).cmdline())[:200] or name
+        named.append(OtherProcess(pid, cmdline, round(cores, 2)))
+    return named
 
 
 def _local_ranks() -> int:

@@ -1,10 +1,9 @@
-"""The probe: runs a loader with one Settings for a bounded time through the tap, and keeps a Recording."""
+"""The probe: runs a loader with one Settings through the tap, window by window, and keeps a Recording."""
 
 from __future__ import annotations
 
 import logging
 import math
-import pickle
 import shutil
 import statistics
 import tempfile
@@ -14,22 +13,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from loaderdoctor.errors import LoaderDoctorError, UsageError
-from loaderdoctor.host import host_facts
+from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
+from loaderdoctor.forksafety import ForkHazards, forkserver_blocker
+from loaderdoctor.host import busiest_others, cpu_snapshot, host_facts
 from loaderdoctor.indexed import IndexedDataset, parse_sample_failures
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
+from loaderdoctor.pickling import pickled_bytes
 from loaderdoctor.recording import (
     BatchRecord,
     EpochRecord,
     Recording,
     SampleError,
     Stall,
+    Window,
     WorkerDeath,
+    epoch_overhead_s,
+    first_startup_s,
 )
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
-from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator, is_worker_death
+from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator, is_worker_death, starts_workers
 from loaderdoctor.target import describe_exception
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 from loaderdoctor.workers import (
@@ -57,64 +60,34 @@ class ProbeProgress:
     budget_s: float
 
 
-class _CountingSink:
-    def __init__(self) -> None:
-        self.size = 0
-
-    def write(self, data: Any) -> int:
-        size = memoryview(data).nbytes  # protocol 5 hands over large buffers (numpy arrays) as PickleBuffers
-        self.size += size
-        return size
+# A window's warm-up lasts at least this long, so that the workers of a session paused just before go idle.
+SETTLE_S = 0.2
 
 
-class _SizePickler(pickle.Pickler):
-    def reducer_override(self, obj: Any) -> Any:
-        # Tensors reach spawned workers through shared memory, not inside the pickle.
-        if isinstance(obj, torch.Tensor):
-            return object, ()
-        return NotImplemented
+def deadline_allowance(seconds: float) -> float:
+    """How long a stretch meant to take `seconds` may run before a wait is declared over the budget."""
+    return seconds * 1.5 + 5.0
 
 
-def pickled_bytes(spec: LoaderSpec, start_method: str) -> int:
-    """How many bytes every worker started with `start_method` receives and unpickles: the dataset and the
-    functions it is loaded with. Raises a UsageError naming what cannot be pickled."""
-    parts = {"dataset": spec.dataset, "collate_fn": spec.collate_fn, "worker_init_fn": spec.worker_init_fn}
-    total = 0
-    for name, value in parts.items():
-        sink = _CountingSink()
-        try:
-            _SizePickler(sink, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
-        except Exception as error:
-            raise UsageError(
-                f"the loader's {name} ({type(value).__name__}) cannot be pickled, and the {start_method!r} "
-                f"start method must send it to every worker: {type(error).__name__}: {error}",
-                hint="define classes and functions at module top level (no lambdas or local functions), "
-                "and open files, connections and locks lazily inside the worker instead of in __init__",
-            ) from None
-        if name == "dataset":
-            total += sink.size
-    return total
-
-
-class _Run:
-    """The state of one probe run: the loop, and what the tap and watchdog report into the Recording."""
+class ProbeSession:
+    """One loader with one Settings, measured through the tap: start() runs the first iter() up to the first
+    batch (the start-up, measured apart), run() measures steady windows of running, epochs rolling over as in
+    a training loop, and close() ends every worker and returns the Recording. Between windows the loader
+    waits (workers idle with their batches prefetched), so that two sessions can take turns, each window of
+    one beside a window of the other."""
 
     def __init__(
         self,
         spec: LoaderSpec,
         settings: Settings,
         *,
-        budget_s: float,
-        epochs: int,
         step: Step | None,
         policy: StallPolicy,
-        progress: Callable[[ProbeProgress], None] | None,
-        clock: Callable[[], float],
+        progress: Callable[[ProbeProgress], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.spec = spec
         self.settings = settings
-        self.budget_s = budget_s
-        self.epochs = epochs
         self.step = step
         self.policy = policy
         self.progress = progress
@@ -129,7 +102,7 @@ class _Run:
             batches_per_epoch=_length(spec, settings),
             iterable=spec.is_iterable,
             step_s=None,
-            budget_s=budget_s,
+            budget_s=0.0,
             host=host_facts(),
             dataset=type(spec.dataset).__name__,
             dataset_len=_sized_len(spec.dataset),
@@ -146,11 +119,34 @@ class _Run:
         except Exception:
             shutil.rmtree(self.dump_dir, ignore_errors=True)
             raise
+        self.started = clock()
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
-        self.sampler = WorkerSampler(self.current_pids, clock=clock)
+        self.sampler = WorkerSampler(self.current_pids, clock=clock, t0=self.started)
+        self.watchdog = Watchdog(self.tap, policy, self.on_stall, workers_idle=self.sampler.cpu_idle)
+        self.cpu_before = cpu_snapshot()
+        self.iterator: TapIterator | None = None  # the open epoch's
+        self.last_iterator: TapIterator | None = None  # the last epoch's, whose workers may persist
+        self.epoch = -1  # the epoch under way (its iterator open), or the last one
+        self.epoch_started = 0.0
         self.epoch_pids: list[int] = []
         self.first_batch_s: dict[int, float] = {}
         self.step_times: list[float] = []
+        self.last_step_end = 0.0
+        self._counted = 0  # batches that count towards the current stretch's minimum
+        self.startup_count = 1  # the open epoch's start-up batches
+        self.tally = EpochTally()
+        self.fingerprint = spec.is_iterable
+        self.budget_s = 0.0  # for the progress display: what this session was given so far
+        self.closed = False
+        self.sampler.start()
+        self.watchdog.start()
+
+    @property
+    def ran(self) -> bool:
+        """Whether the loader is still measurable: nothing stalled, crashed or ended the run."""
+        return self.rec.outcome == "completed" and not self.closed
+
+    # What the tap and the watchdog report
 
     def current_pids(self) -> list[int]:
         current = self.tap.current
@@ -173,6 +169,7 @@ class _Run:
                     step_s=0.0,
                     nbytes=event.nbytes,
                     samples=event.samples,
+                    delivered_s=self.clock() - self.started,
                 )
             )
 
@@ -201,77 +198,187 @@ class _Run:
         elif not self.interrupter.interrupt() and not self.interrupter.available:
             log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
 
-    def run(self) -> Recording:
-        started = self.clock()
-        watchdog = Watchdog(
-            self.tap,
-            self.policy,
-            self.on_stall,
-            workers_idle=self.sampler.cpu_idle,
-            deadline=started + self.budget_s * 1.5 + 5.0,
-        )
-        iterator: TapIterator | None = None
+    # Running
+
+    def start(self, *, startup_limit_s: float) -> bool:
+        """Run the first iter() until its first batch, and that batch's step: the start-up every run pays
+        once. Whether a batch came (else the outcome says why)."""
+        self.budget_s += startup_limit_s
+        self.watchdog.deadline = self.clock() + startup_limit_s
         with self.interrupter, quiet_worker_count_advice():
-            self.sampler.start()
-            watchdog.start()
-            try:
-                for epoch in range(self.epochs):
-                    remaining = self.budget_s - (self.clock() - started)
-                    if remaining <= 0 or self.rec.outcome != "completed":
-                        break
-                    if iterator is not None and not self.settings.persistent_workers:
-                        _close(iterator)
-                    epoch_deadline = self.clock() + remaining / (self.epochs - epoch)
-                    self.report_progress(epoch, started)  # the display moves on while workers start
-                    epoch_started = self.clock()
-                    try:
-                        iterator = self.tap.epoch(epoch)
-                    except RuntimeError as error:  # a worker of the last epoch died as this one began
-                        if self.failure(epoch, 0, error) is None:
-                            raise
-                        break
-                    self.run_epoch(iterator, epoch, epoch_deadline, started, epoch_started)
-            finally:
-                watchdog.stop()
-                self.sampler.stop()
-                if iterator is not None:
-                    _close(iterator)
-                shutil.rmtree(self.dump_dir, ignore_errors=True)
-        self.rec.wall_s = self.clock() - started
-        self.rec.worker_samples = self.sampler.samples
-        if self.step is not None and self.step_times:
-            self.rec.step_s = statistics.median(self.step_times)
-        return self.rec
+            if not self._open_epoch():
+                return False
+            self._roll(until=0.0, min_batches=1, epochs=None, share_epochs=False, steady=False)
+        return self.ran and bool(self.rec.batches)
 
-    def report_progress(self, epoch: int, started: float) -> None:
-        if self.progress is not None:
-            elapsed = self.clock() - started
-            self.progress(ProbeProgress(epoch, self.epochs, len(self.rec.batches), elapsed, self.budget_s))
-
-    def run_epoch(
-        self, iterator: TapIterator, epoch: int, deadline: float, started: float, epoch_started: float
-    ) -> None:
-        """Consume one epoch and record it; its wall time counts from iter() (`epoch_started`), as its first
-        batch's time does."""
+    def run(
+        self,
+        seconds: float,
+        *,
+        epochs: int | None = None,
+        share_epochs: bool = False,
+        warm_up: bool = False,
+        min_batches: int = 0,
+    ) -> Window | None:
+        """Measure steady running for about `seconds`: batches through the step, epochs rolling over; at most
+        `epochs` epochs in all when given, each epoch then ending when its share of the time is spent if
+        `share_epochs` (so that a long epoch does not hide the start-up of the next). With `warm_up`, the
+        batches prefetched during a pause (and the moment another session's workers need to go idle) come
+        first and outside the window. The window goes on past `seconds` until it holds `min_batches` steady
+        batches (an epoch's start-up may fall into it), within reason. The window measured, or None when
+        nothing could run."""
+        if not self.ran:
+            return None
+        self.budget_s += seconds
+        begun = self.clock()
+        self.watchdog.deadline = begun + deadline_allowance(seconds * 1.5)
+        if self.iterator is not None:
+            self.last_step_end = begun  # a pause between windows is no part of an epoch's end
+        self.sampler.resume()
         try:
-            ended = self.consume(iterator, epoch, deadline, started)
+            with self.interrupter, quiet_worker_count_advice():
+                if warm_up:
+                    self._roll(
+                        until=begun + SETTLE_S,
+                        min_batches=self.settings.batches_in_flight + 1,
+                        give_up=begun + seconds / 2,
+                        epochs=epochs,
+                        share_epochs=False,
+                        steady=False,
+                    )
+                measured_from = self.clock()
+                self.sampler.sample_once()  # the window's CPU figures start exactly here
+                self._roll(
+                    until=measured_from + seconds,
+                    min_batches=min_batches,
+                    give_up=measured_from + seconds + 2 * self._epoch_start_s() + 1.0,
+                    epochs=epochs,
+                    share_epochs=share_epochs,
+                    steady=True,
+                )
+        finally:
+            self.sampler.pause()
+        window = Window(measured_from - self.started, self.clock() - self.started)
+        self.rec.windows.append(window)
+        return window
+
+    def _epoch_start_s(self) -> float:
+        """How long an epoch's start has taken in this run so far (a window waits that long, twice, for its
+        steady batches): the first start-up, or an epoch's overhead where workers start every epoch."""
+        return max(first_startup_s(self.rec) or 0.0, epoch_overhead_s(self.rec))
+
+    def _roll(
+        self,
+        *,
+        until: float,
+        min_batches: int,
+        epochs: int | None,
+        share_epochs: bool,
+        steady: bool,
+        give_up: float | None = None,
+    ) -> None:
+        """Deliver batches, opening epochs as they end, until the clock passes `until` with `min_batches`
+        delivered (only steady ones, not an epoch's first, if `steady`), or `give_up` passes, or `epochs` epochs
+        ran, or the run failed."""
+        delivered = 0
+        while self.ran:
+            now = self.clock()
+            if (now >= until and delivered >= min_batches) or (give_up is not None and now >= give_up):
+                return
+            if self.iterator is None:
+                if epochs is not None and self.epoch + 1 >= epochs:
+                    return
+                if not self._open_epoch():
+                    return
+            deadline = until
+            if share_epochs and epochs is not None:
+                deadline = now + (until - now) / max(1, epochs - self.epoch)
+            ended, counted = self._consume(deadline, min_batches - delivered, give_up, steady)
+            delivered += counted
+            if ended is not None or share_epochs:
+                self.end_epoch(ended or "time")
+                if ended == "exhausted" and self.rec.epochs[-1].batches == 0:
+                    return  # an empty epoch: nothing more to deliver
+
+    def close(self) -> Recording:
+        """End the workers and the watching; the Recording, complete. Safe to call more than once."""
+        if self.closed:
+            return self.rec
+        try:
+            if self.iterator is not None:
+                self.end_epoch("time")
+            if self.last_iterator is not None:
+                _close(self.last_iterator)  # persistent workers outlive their epochs' iterators
+        finally:
+            self.closed = True
+            self.watchdog.stop()
+            self.sampler.stop()
+            shutil.rmtree(self.dump_dir, ignore_errors=True)
+        rec = self.rec
+        rec.budget_s = self.budget_s
+        rec.wall_s = self.clock() - self.started
+        rec.worker_samples = list(self.sampler.samples)
+        rec.host_samples = list(self.sampler.host_samples)
+        rec.other_processes = busiest_others(self.cpu_before, cpu_snapshot(), rec.wall_s)
+        if self.step is not None and self.step_times:
+            rec.step_s = statistics.median(self.step_times)
+        forks = rec.start_method == "fork" or rec.settings.num_workers == 0
+        if forks and (ForkHazards.of(rec.iterators) or rec.outcome != "completed"):
+            rec.forkserver_blocker = forkserver_blocker(self.spec)
+        return rec
+
+    def _open_epoch(self) -> bool:
+        """iter() for the next epoch; whether it opened (a worker of the last epoch may die as it begins)."""
+        self.epoch += 1
+        self.report_progress()
+        self.epoch_started = self.clock()
+        self.tally = EpochTally()
+        # How many of the epoch's first batches are start-up, as recording.startup_batches counts them.
+        starting = self.settings.backend == "process" and starts_workers(self.tap.loader)
+        self.startup_count = max(1, self.settings.num_workers) if starting else 1
+        try:
+            self.iterator = self.last_iterator = self.tap.epoch(self.epoch)
         except RuntimeError as error:
-            # torch's SIGCHLD handler raises a worker's death wherever the main thread is, not only in next().
-            ended = self.failure(epoch, iterator.index - 1, error)
-            if ended is None:
+            if self._failure(self.epoch, 0, error) is None:
                 raise
+            self.iterator = None
+            return False
+        return True
+
+    def end_epoch(self, ended: str) -> None:
+        """Record the open epoch, ending its workers unless they persist (as a training loop's next iter()
+        would); `ended` says how it ended."""
+        iterator = self.iterator
+        self.iterator = None
+        if iterator is None:
+            return
+        if not self.settings.persistent_workers or ended in ("stall", "worker-died", "error"):
+            _close(iterator)
+        now = self.clock()
+        batches = sum(1 for b in self.rec.batches if b.epoch == self.epoch)
         self.rec.epochs.append(
             EpochRecord(
-                epoch=epoch,
-                first_batch_s=self.first_batch_s.get(epoch),
-                batches=sum(1 for b in self.rec.batches if b.epoch == epoch),
-                wall_s=self.clock() - epoch_started,
+                epoch=self.epoch,
+                first_batch_s=self.first_batch_s.get(self.epoch),
+                batches=batches,
+                wall_s=now - self.epoch_started,
                 worker_pids=list(self.epoch_pids),
                 ended=ended,
+                started_s=self.epoch_started - self.started,
+                end_s=max(0.0, now - max(self.last_step_end, self.epoch_started)) if batches else 0.0,
+                samples_fingerprinted=self.tally.samples,
+                distinct_samples=self.tally.distinct if self.tally.samples else None,
+                typical_copies=self.tally.typical_copies,
             )
         )
 
-    def failure(self, epoch: int, batch: int, error: BaseException) -> str | None:
+    def report_progress(self) -> None:
+        if self.progress is not None:
+            elapsed = self.clock() - self.started
+            epochs = max(self.epoch + 1, 1)
+            self.progress(ProbeProgress(self.epoch, epochs, len(self.rec.batches), elapsed, self.budget_s))
+
+    def _failure(self, epoch: int, batch: int, error: BaseException) -> str | None:
         """How `error` ends the run ("stall", "worker-died") with the outcome recorded; None when it does not
         (a sample that raised)."""
         if self.rec.stall is not None:
@@ -283,8 +390,32 @@ class _Run:
             return "worker-died"
         return None
 
-    def consume(self, iterator: TapIterator, epoch: int, deadline: float, started: float) -> str:
-        """Run the epoch's batches through the step until it ends; how it ended."""
+    def _consume(
+        self, deadline: float, min_batches: int, give_up: float | None, steady: bool
+    ) -> tuple[str | None, int]:
+        """Run the open epoch's batches through the step until `deadline` with `min_batches` delivered (or until
+        `give_up`): how the epoch ended ("exhausted", "stall", "worker-died", "error"; None when it goes on),
+        and the batches delivered that count (only steady ones if `steady`)."""
+        iterator = self.iterator
+        assert iterator is not None
+        self._counted = 0
+        try:
+            ended = self._consume_batches(iterator, deadline, min_batches, give_up, steady)
+        except RuntimeError as error:
+            # torch's SIGCHLD handler raises a worker's death wherever the main thread is, not only in next().
+            ended = self._failure(self.epoch, iterator.index - 1, error)
+            if ended is None:
+                raise
+        return ended, self._counted
+
+    def _consume_batches(
+        self,
+        iterator: TapIterator,
+        deadline: float,
+        min_batches: int,
+        give_up: float | None,
+        steady: bool,
+    ) -> str | None:
         failures_in_a_row = 0
         while True:
             try:
@@ -299,10 +430,10 @@ class _Run:
                 self.rec.outcome = "stalled"
                 return "stall"
             except Exception as error:
-                ended = self.failure(epoch, iterator.index - 1, error)
+                ended = self._failure(self.epoch, iterator.index - 1, error)
                 if ended is not None:
                     return ended
-                self.record_sample_error(epoch, iterator.index - 1, error)
+                self._record_sample_error(self.epoch, iterator.index - 1, error)
                 failures_in_a_row += 1
                 if failures_in_a_row >= _MAX_CONSECUTIVE_FAILURES:
                     self.rec.outcome = "crashed"
@@ -310,17 +441,25 @@ class _Run:
                     return "error"
                 continue
             failures_in_a_row = 0
+            if self.fingerprint:
+                fingerprints = sample_fingerprints(batch, self.rec.batches[-1].samples)
+                if fingerprints is not None:
+                    self.tally.add(fingerprints)
             if self.step is not None:
-                self.run_step(batch)
+                self._run_step(batch)
+            self.last_step_end = self.clock()
             del batch
-            self.report_progress(epoch, started)
-            if self.clock() >= deadline:
-                return "time"
+            if not steady or iterator.delivered > self.startup_count:
+                self._counted += 1
+            self.report_progress()
+            now = self.clock()
+            if (now >= deadline and self._counted >= min_batches) or (give_up is not None and now >= give_up):
+                return None
 
-    def run_step(self, batch: Any) -> None:
+    def _run_step(self, batch: Any) -> None:
         step_started = self.clock()
         try:
-            self.step(batch)
+            self.step(batch)  # type: ignore[misc]
         except Exception as error:
             if is_worker_death(error):
                 raise  # a worker died while the step ran: not the step's fault
@@ -331,7 +470,7 @@ class _Run:
         self.rec.batches[-1].step_s = self.clock() - step_started
         self.step_times.append(self.rec.batches[-1].step_s)
 
-    def record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
+    def _record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
         for index, error_type, message in parse_sample_failures(error):
             self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
 
@@ -359,6 +498,11 @@ def _length(spec: LoaderSpec, settings: Settings) -> int | None:
         return None
 
 
+def check_budget(budget_s: float) -> None:
+    if not (math.isfinite(budget_s) and budget_s > 0):
+        raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
+
+
 def probe(
     spec: LoaderSpec,
     settings: Settings | None = None,
@@ -372,21 +516,20 @@ def probe(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Recording:
     """Run the loader of `spec` with `settings` (its own by default) for at most `epochs` epochs and about
-    `budget_s` seconds, calling the training step after each batch, and return what was measured."""
+    `budget_s` seconds of steady running after its start-up (each epoch given an equal share), calling the
+    training step after each batch, and return what was measured. The start-up (the first iter() to the
+    first batch) comes on top, bounded by the stall policy and about the same budget again."""
     if epochs < 1:
         raise UsageError(f"epochs must be 1 or more, not {epochs}")
-    if not (math.isfinite(budget_s) and budget_s > 0):
-        raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
+    check_budget(budget_s)
     if step is None and step_ms is not None:
         step = sleep_step(step_ms)
-    run = _Run(
-        spec,
-        settings or spec.settings,
-        budget_s=budget_s,
-        epochs=epochs,
-        step=step,
-        policy=policy or StallPolicy(),
-        progress=progress,
-        clock=clock,
+    session = ProbeSession(
+        spec, settings or spec.settings, step=step, policy=policy or StallPolicy(), progress=progress, clock=clock
     )
-    return run.run()
+    try:
+        if session.start(startup_limit_s=deadline_allowance(budget_s)):
+            session.run(budget_s, epochs=epochs, share_epochs=True)
+    finally:
+        rec = session.close()
+    return rec

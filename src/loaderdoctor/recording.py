@@ -38,15 +38,32 @@ class HostFacts:
     stray_workers: list[StrayProcess] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class AliveThread:
+    """A thread of the main process other than the main one and loaderdoctor's own."""
+
+    name: str
+    runs: str  # where it runs: its entry point, "tqdm/_monitor.py:60 in run"; "" when unknown
+    package: str | None = None  # the installed package of that code ("tqdm"); None for the user's own code
+
+    def describe(self) -> str:
+        """'tqdm_monitor, a thread of tqdm running tqdm/_monitor.py:60 in run'."""
+        owner = f", a thread of {self.package}" if self.package else ""
+        where = f" running {self.runs}" if self.runs else ""
+        return f"{self.name}{owner}{where}"
+
+
 @dataclass
 class IteratorFacts:
-    """What held in the main process when an iterator (and so its workers) was created."""
+    """What held in the main process when an iterator (and so its workers) was created: what runs there,
+    not what is imported (see forksafety.py)."""
 
     epoch: int
     start_method: str | None
-    threads: list[str]  # names of the other threads alive in the main process, loaderdoctor's own excluded
+    threads: list[AliveThread]  # the other threads alive in the main process, loaderdoctor's own excluded
     cuda_initialized: bool
-    inductor_loaded: bool
+    compiled_frames: int = 0  # frames torch.compile had compiled in this process
+    compile_workers: int = 0  # processes of inductor's compile pool alive
     # OS threads Python did not start (OpenMP, BLAS, CUDA pools...): usually harmless to fork, since torch gives
     # each worker one thread, but a worker that enlarges its pool again can hang on the copied pool's state.
     native_threads: int = 0
@@ -60,6 +77,13 @@ class EpochRecord:
     wall_s: float  # from iter(), as first_batch_s, to the epoch's end
     worker_pids: list[int]
     ended: str  # "exhausted" | "time" | "stall" | "worker-died" | "error"
+    started_s: float = 0.0  # when iter() was called, in seconds since the run started
+    end_s: float = 0.0  # from the last batch's step to the epoch's end: StopIteration and ending its workers
+    # Samples fingerprinted (IterableDatasets only: see fingerprints.py), how many of them were distinct, and
+    # how many copies of a sample were typical (2 when each of 2 workers repeats the whole stream).
+    samples_fingerprinted: int = 0
+    distinct_samples: int | None = None
+    typical_copies: int | None = None
 
 
 @dataclass
@@ -71,6 +95,7 @@ class BatchRecord:
     step_s: float  # time in the training step that followed
     nbytes: int
     samples: int
+    delivered_s: float = 0.0  # when next() returned it, in seconds since the run started
 
 
 @dataclass
@@ -81,6 +106,32 @@ class WorkerSample:
     rss_bytes: int
     cpu_s: float
     threads: int
+
+
+@dataclass
+class HostSample:
+    """The whole machine's CPU and the training process's at one moment, to tell other processes' load apart."""
+
+    t_s: float  # seconds since the run started
+    busy_cpu_s: float  # CPU seconds all processes of the machine have used, since boot
+    main_cpu_s: float  # CPU seconds the training process has used (all its threads), since it started
+
+
+@dataclass
+class OtherProcess:
+    """A process outside this run (not the training process or its workers) that took CPU while it ran."""
+
+    pid: int
+    cmdline: str
+    cores: float  # CPU seconds per second of the run
+
+
+@dataclass
+class Window:
+    """A stretch of steady running (after start-up) whose batches are compared with another's."""
+
+    started_s: float  # seconds since the run started
+    ended_s: float
 
 
 @dataclass
@@ -147,10 +198,15 @@ class Recording:
     epochs: list[EpochRecord] = field(default_factory=list)
     batches: list[BatchRecord] = field(default_factory=list)
     worker_samples: list[WorkerSample] = field(default_factory=list)
+    host_samples: list[HostSample] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    other_processes: list[OtherProcess] = field(default_factory=list)
     sample_errors: list[SampleError] = field(default_factory=list)
     stall: Stall | None = None
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     pickled_dataset_bytes: int | None = None
+    # Why workers started with forkserver or spawn could not load this loader; computed when fork was hazardous.
+    forkserver_blocker: str | None = None
     dataset: str = ""  # the dataset's class name
     dataset_len: int | None = None
     outcome: str = "completed"  # "completed" | "stalled" | "crashed"
@@ -161,12 +217,34 @@ class Recording:
         return dataclasses.asdict(self)
 
 
-def steady_batches(rec: Recording) -> list[BatchRecord]:
-    """Batches after the first delivered in each epoch: the first one's wait is start-up, counted apart."""
-    seen: set[int] = set()
+def in_window(rec: Recording, batch: BatchRecord, window: Window | None) -> bool:
+    """Whether a batch was delivered in `window`; without one, in any of the run's measuring windows (every
+    batch counts when the run has none)."""
+    windows = [window] if window is not None else rec.windows
+    return not windows or any(w.started_s <= batch.delivered_s <= w.ended_s for w in windows)
+
+
+def startup_batches(rec: Recording) -> dict[int, int]:
+    """Per epoch, how many of its first batches are start-up rather than steady running: one per worker when
+    the epoch started its workers (workers take turns, so worker k's first batch is the epoch's batch k, and
+    its wait holds that worker's start-up), else the first batch only (its wait is the epoch's start)."""
+    counts: dict[int, int] = {}
+    previous: list[int] | None = None
+    for epoch in rec.epochs:
+        started = bool(epoch.worker_pids) and epoch.worker_pids != previous
+        counts[epoch.epoch] = max(1, len(epoch.worker_pids)) if started else 1
+        previous = epoch.worker_pids
+    return counts
+
+
+def steady_batches(rec: Recording, window: Window | None = None) -> list[BatchRecord]:
+    """Batches delivered in steady running: after the start-up batches of each epoch (see startup_batches;
+    counted apart), within `window` (by default, within the run's measuring windows)."""
+    startup = startup_batches(rec)
+    seen: set[int] = set()  # epochs whose first delivered batch went by (batch 0 may have failed)
     steady = []
     for batch in rec.batches:
-        if batch.epoch in seen:
+        if batch.epoch in seen and batch.index >= startup.get(batch.epoch, 1) and in_window(rec, batch, window):
             steady.append(batch)
         seen.add(batch.epoch)
     return steady
@@ -177,11 +255,11 @@ def mean_batch_bytes(rec: Recording) -> float | None:
     return statistics.mean(b.nbytes for b in rec.batches) if rec.batches else None
 
 
-def wait_fraction(rec: Recording) -> float | None:
+def wait_fraction(rec: Recording, window: Window | None = None) -> float | None:
     """Share of steady-state time the training loop spent waiting in next(); None without a training step."""
     if rec.step_s is None:
         return None
-    steady = steady_batches(rec)
+    steady = steady_batches(rec, window)
     total = sum(b.wait_s + b.step_s for b in steady)
     return sum(b.wait_s for b in steady) / total if total > 0 else None
 
@@ -191,80 +269,74 @@ def startup_s(rec: Recording) -> float:
     return sum(e.first_batch_s or 0.0 for e in rec.epochs)
 
 
-def batches_per_s(rec: Recording) -> float:
-    """Delivered batches per second of the whole run, start-up and training steps included."""
-    return len(rec.batches) / rec.wall_s if rec.wall_s > 0 else 0.0
+# The one notion of a rate. A training loop's epoch costs its overhead (iter() to the first batch, and at its
+# end StopIteration and the ending of workers that do not persist) plus, for each batch, the steady interval
+# (the wait in next() and the step). Rates are batches per second over such an epoch, as a plain loop running
+# epoch after epoch measures them; the one start-up of persistent workers is paid once per run and reported
+# apart (first_startup_s), not spread over epochs.
 
 
-def worker_growth(rec: Recording) -> dict[int, tuple[float, float, float]]:
-    """Per worker pid: (USS at its first sample, USS at its last, seconds between), in bytes and seconds."""
-    by_pid: dict[int, list[WorkerSample]] = {}
-    for sample in rec.worker_samples:
-        by_pid.setdefault(sample.pid, []).append(sample)
-    return {
-        pid: (float(s[0].uss_bytes), float(s[-1].uss_bytes), s[-1].t_s - s[0].t_s)
-        for pid, s in by_pid.items()
-        if len(s) >= 2
-    }
+def interval_s(rec: Recording, window: Window | None = None) -> float | None:
+    """The steady time from one batch to the next: mean wait plus step (None without steady batches)."""
+    steady = steady_batches(rec, window)
+    return sum(b.wait_s + b.step_s for b in steady) / len(steady) if steady else None
 
 
-def loading_cpu_share(rec: Recording) -> float | None:
-    """How busy loading kept its processes: CPU seconds per second of loading, averaged over the workers
-    (or the main process while it waited, without workers). Near 1: computing; near 0: waiting on I/O."""
-    if rec.settings.num_workers == 0:
-        steady = steady_batches(rec)
-        waited = sum(b.wait_s for b in steady)
-        return sum(b.wait_cpu_s for b in steady) / waited if waited > 0 else None
-    by_pid: dict[int, list[WorkerSample]] = {}
-    for sample in rec.worker_samples:
-        by_pid.setdefault(sample.pid, []).append(sample)
-    shares = [
-        (s[-1].cpu_s - s[0].cpu_s) / (s[-1].t_s - s[0].t_s)
-        for s in by_pid.values()
-        if len(s) >= 2 and s[-1].t_s > s[0].t_s
-    ]
-    return statistics.mean(shares) if shares else None
+def epoch_batches(rec: Recording) -> int | None:
+    """Batches in an epoch: the loader's length, else an epoch seen to its end; None when unknown (a stream)."""
+    if rec.batches_per_epoch:
+        return rec.batches_per_epoch
+    exhausted = [e.batches for e in rec.epochs if e.ended == "exhausted"]
+    return max(exhausted) if exhausted else None
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
+def epoch_overhead_s(rec: Recording) -> float:
+    """What an epoch costs beyond its batches' steady intervals: its start-up batches' time above the steady
+    interval, and its end. Measured at the epochs after the first when the run had them; with one epoch only,
+    that epoch's for workers started anew every epoch, and nothing for persistent workers or the main process
+    (their first start-up is once per run)."""
+    interval = interval_s(rec) or 0.0
+    startup = startup_batches(rec)
+    by_epoch: dict[int, list[BatchRecord]] = {}
+    for batch in rec.batches:
+        if batch.index < startup.get(batch.epoch, 1):
+            by_epoch.setdefault(batch.epoch, []).append(batch)
+
+    def overhead(epoch: EpochRecord) -> float:
+        firsts = by_epoch.get(epoch.epoch, [])
+        # The first batch's wait from iter() on: creating the iterator starts the workers.
+        waits = sum(epoch.first_batch_s or 0.0 if b.index == 0 else b.wait_s for b in firsts)
+        used = waits + sum(b.step_s for b in firsts)
+        return max(0.0, used - len(firsts) * interval + epoch.end_s)
+
+    later = [e for e in rec.epochs[1:] if e.first_batch_s is not None]
+    if later:
+        return statistics.median(overhead(e) for e in later)
+    first = rec.epochs[0] if rec.epochs else None
+    restarts = rec.settings.num_workers > 0 and not rec.settings.persistent_workers
+    if first is None or first.first_batch_s is None or not restarts:
+        return 0.0
+    return overhead(first)
+
+
+def training_rate(rec: Recording, window: Window | None = None) -> float | None:
+    """Batches per second over an epoch of the training loop (see above); within `window` for the steady part
+    when given. None when no steady batch was measured."""
+    interval = interval_s(rec, window)
+    if interval is None or interval <= 0:
         return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    per_epoch = epoch_batches(rec)
+    if per_epoch is None:
+        return 1.0 / interval
+    return per_epoch / (epoch_overhead_s(rec) + per_epoch * interval)
 
 
-def measurements(rec: Recording) -> dict[str, Any]:
-    """The figures a report shows for a recording (the JSON schema's "measurements")."""
-    steady_waits = [b.wait_s for b in steady_batches(rec)]
-    uss = [s.uss_bytes for s in rec.worker_samples]
-    per_batch = batches_per_s(rec)
-    samples = sum(b.samples for b in rec.batches)
-    wf = wait_fraction(rec)
-    batch_bytes = mean_batch_bytes(rec)
-    return {
-        "batches_per_s": round(per_batch, 3),
-        "samples_per_s": round(samples / rec.wall_s, 3) if rec.wall_s > 0 else 0.0,
-        "wait_fraction": None if wf is None else round(wf, 4),
-        "startup_fraction": round(startup_s(rec) / rec.wall_s, 4) if rec.wall_s > 0 else None,
-        "first_batch_s": [None if e.first_batch_s is None else round(e.first_batch_s, 4) for e in rec.epochs],
-        "epochs": len(rec.epochs),
-        "batches": len(rec.batches),
-        "wall_s": round(rec.wall_s, 3),
-        "step_ms": None if rec.step_s is None else round(rec.step_s * 1000, 3),
-        "wait_ms_p50": _ms(statistics.median(steady_waits) if steady_waits else None),
-        "wait_ms_p95": _ms(_percentile(steady_waits, 0.95)),
-        "batch_mb": None if batch_bytes is None else round(batch_bytes / 2**20, 3),
-        "loading_cpu_share": _rounded(loading_cpu_share(rec), 3),
-        "worker_uss_mb_max": round(max(uss) / 2**20, 1) if uss else None,
-        "start_method": rec.start_method,
-        "outcome": rec.outcome,
-        "sample_errors": len(rec.sample_errors),
-    }
+def first_startup_s(rec: Recording) -> float | None:
+    """From the first iter() to the first batch: the start-up every run pays once."""
+    return rec.epochs[0].first_batch_s if rec.epochs else None
 
 
-def _rounded(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 3)
+def batches_per_s(rec: Recording) -> float:
+    """Delivered batches per second of the whole run as it went, start-up included (see training_rate for the
+    rate a training loop sees)."""
+    return len(rec.batches) / rec.wall_s if rec.wall_s > 0 else 0.0

@@ -2,14 +2,83 @@
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoctor.recording import Recording, measurements
+from loaderdoctor.recording import (
+    OtherProcess,
+    Recording,
+    batches_per_s,
+    epoch_batches,
+    epoch_overhead_s,
+    first_startup_s,
+    interval_s,
+    mean_batch_bytes,
+    steady_batches,
+    training_rate,
+    wait_fraction,
+)
 from loaderdoctor.settings import Settings
+from loaderdoctor.usage import loading_cpu, other_cores, worker_uss_after_startup
 
 SEVERITIES = ("critical", "warning", "info")
 SCHEMA = "loaderdoctor.check/1"
+
+
+def measurements(rec: Recording) -> dict[str, Any]:
+    """The figures a report shows for a recording (the JSON schema's "measurements")."""
+    steady_waits = [b.wait_s for b in steady_batches(rec)]
+    uss = worker_uss_after_startup(rec)
+    rate = training_rate(rec)
+    wf = wait_fraction(rec)
+    batch_bytes = mean_batch_bytes(rec)
+    cpu = loading_cpu(rec)
+    others = other_cores(rec)
+    per_batch = sum(b.samples for b in rec.batches) / len(rec.batches) if rec.batches else None
+    return {
+        "batches_per_s": _rounded(rate, 3),
+        "samples_per_s": None if rate is None or per_batch is None else round(rate * per_batch, 3),
+        "wait_fraction": _rounded(wf, 4),
+        "interval_ms": _ms(interval_s(rec)),
+        "epoch_overhead_s": round(epoch_overhead_s(rec), 4),
+        "first_startup_s": _rounded(first_startup_s(rec), 4),
+        "first_batch_s": [_rounded(e.first_batch_s, 4) for e in rec.epochs],
+        "epochs": len(rec.epochs),
+        "batches": len(rec.batches),
+        "batches_per_epoch": epoch_batches(rec),
+        "wall_s": round(rec.wall_s, 3),
+        "run_batches_per_s": round(batches_per_s(rec), 3),
+        "step_ms": _ms(rec.step_s),
+        "wait_ms_p50": _ms(statistics.median(steady_waits) if steady_waits else None),
+        "wait_ms_p95": _ms(_percentile(steady_waits, 0.95)),
+        "batch_mb": None if batch_bytes is None else round(batch_bytes / 2**20, 3),
+        "loading_cores": None if cpu is None else round(cpu.cores, 3),
+        "loading_cpu_share": None if cpu is None else round(cpu.share, 3),
+        "available_cores": None if cpu is None else round(cpu.available_cores, 3),
+        "other_processes_cores": _rounded(others, 3),
+        "other_processes": [dataclasses.asdict(p) for p in rec.other_processes],
+        "worker_uss_mb_max": round(max(uss) / 2**20, 1) if uss else None,
+        "start_method": rec.start_method,
+        "outcome": rec.outcome,
+        "sample_errors": len(rec.sample_errors),
+    }
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
 
 
 @dataclass
@@ -40,23 +109,61 @@ class Finding:
         }
 
 
+# What the measuring showed of a fix: faster (helps); quicker-start (its workers start far sooner, once per
+# run, and it runs no slower: helps); as-fast (no slower, and the fix is about safety or cost, not speed:
+# helps); no-gain (neither faster nor slower beyond the spread between windows); slower (slower
+# in every pair of windows: not a fix); rescued (the original settings stalled or crashed, the fix delivered);
+# failed (the fix stalled or crashed too); other-data (the fix delivered other samples: no rate compared);
+# not-measured (cut short, or it could not run: no ratio).
+VERDICTS = (
+    "faster",
+    "quicker-start",
+    "as-fast",
+    "no-gain",
+    "slower",
+    "rescued",
+    "failed",
+    "other-data",
+    "not-measured",
+)
+HELPING = frozenset({"faster", "quicker-start", "as-fast", "rescued"})
+
+
 @dataclass
 class Verification:
-    """The prescribed settings measured through the same probe as the original ones."""
+    """A fix measured against the original settings, in windows taken in turns (see verify.py)."""
 
     settings: Settings
-    before: float  # batches per second with the user's settings
-    after: float  # batches per second with the prescribed ones
+    before: float  # batches per second of an epoch of training with the user's settings (0 when not measured)
+    after: float  # with the fix's settings
     before_outcome: str
     after_outcome: str
-    helped: bool  # the fix is presented as one only when this holds
+    verdict: str
     note: str
     after_recording: Recording | None = None
     source: str = "rules"  # "rules": the findings' combined fix; "tune": the tuner's quick search found it
+    spread: tuple[float, float] | None = None  # the lowest and highest speedup of a pair of windows
+    pairs: int = 0  # pairs of windows measured, one of each settings
+    before_startup_s: float | None = None  # iter() to the first batch, once per run
+    after_startup_s: float | None = None
+    other_cores: float | None = None  # the most cores other processes took during a window
+    other_processes: list[OtherProcess] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {self.verdict!r}")
+
+    @property
+    def helped(self) -> bool:
+        """Whether the fix is presented as one."""
+        return self.verdict in HELPING
 
     @property
     def speedup(self) -> float | None:
-        return self.after / self.before if self.before > 0 else None
+        """after / before, when both were measured on the same data; never for a run cut short."""
+        if self.verdict in ("not-measured", "other-data", "failed") or self.before <= 0:
+            return None
+        return self.after / self.before
 
     def to_dict(self) -> dict[str, Any]:
         speedup = self.speedup
@@ -65,9 +172,16 @@ class Verification:
             "before": round(self.before, 3),
             "after": round(self.after, 3),
             "speedup": None if speedup is None else round(speedup, 3),
+            "verdict": self.verdict,
+            "helped": self.helped,
+            "spread": None if self.spread is None else [round(self.spread[0], 3), round(self.spread[1], 3)],
+            "window_pairs": self.pairs,
             "before_outcome": self.before_outcome,
             "after_outcome": self.after_outcome,
-            "helped": self.helped,
+            "before_startup_s": _rounded(self.before_startup_s, 3),
+            "after_startup_s": _rounded(self.after_startup_s, 3),
+            "other_processes_cores": _rounded(self.other_cores, 3),
+            "other_processes": [dataclasses.asdict(p) for p in self.other_processes],
             "note": self.note,
             "source": self.source,
         }

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, default_collate, default_convert
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.words import plural
 
 START_METHODS = ("fork", "forkserver", "spawn")
 # process: DataLoader worker processes; thread: threads of the main process (torchdata.nodes), for work that
@@ -80,6 +81,24 @@ class Settings:
         if self.backend == "thread":
             return self.num_workers + prefetch
         return self.num_workers * prefetch
+
+    def describe(self) -> str:
+        """These settings in a few words, as every report and message names them:
+        "4 workers, prefetch 2, persistent, fork", "2 threads, prefetch 2", "no workers (main process)"."""
+        if self.num_workers == 0:
+            words = ["no workers (main process)"]
+        elif self.backend == "thread":
+            words = [plural(self.num_workers, "thread"), f"prefetch {self.prefetch_factor or 2}"]
+        else:
+            words = [plural(self.num_workers, "worker"), f"prefetch {self.prefetch_factor or 2}"]
+            if self.persistent_workers:
+                words.append("persistent")
+            words.append(self.effective_start_method or "")
+            if self.worker_threads:
+                words.append(plural(self.worker_threads, "thread") + " each")
+        if self.pin_memory:
+            words.append("pinned")
+        return ", ".join(w for w in words if w)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

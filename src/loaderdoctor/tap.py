@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from loaderdoctor.host import iterator_facts
+from loaderdoctor.forksafety import iterator_facts
 from loaderdoctor.recording import IteratorFacts
 
 

@@ -66,7 +66,7 @@ class Watchdog:
         self._policy = policy
         self._on_stall = on_stall
         self._workers_idle = workers_idle
-        self._deadline = deadline
+        self.deadline = deadline  # may be moved by the caller as its budget changes
         self._tick_s = tick_s
         self._stop = threading.Event()
         self.fired: StallNotice | None = None
@@ -124,7 +124,7 @@ class Watchdog:
                 f"no first batch {waited:.1f} s after iter(), and the workers used no CPU "
                 f"in the last {policy.idle_window_s:g} s"
             )
-        elif self._deadline is not None and now > self._deadline:
+        elif self.deadline is not None and now > self.deadline:
             threshold = waited
             reason = f"the measuring budget ran out while waiting {waited:.1f} s for this batch"
         if reason is None:

@@ -19,14 +19,22 @@ import psutil
 import torch
 
 from loaderdoctor.host import OWN_THREAD_PREFIX
-from loaderdoctor.recording import StackFrame, WorkerSample, WorkerStack
+from loaderdoctor.recording import HostSample, StackFrame, WorkerSample, WorkerStack
 
 STACK_SIGNAL = signal.SIGUSR1
 _DUMP_WAIT_S = 1.0
 
 
+def machine_busy_cpu_s() -> float:
+    """CPU seconds all processes of the machine have used since boot (every core's time not idle)."""
+    times = psutil.cpu_times()
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return sum(times) - idle - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
 class WorkerSampler:
-    """A background thread that samples every worker's USS/RSS, CPU time and thread count."""
+    """A background thread that samples, every interval while active, each worker's USS/RSS, CPU time and
+    thread count, and the machine's and the training process's CPU (to tell other processes' load apart)."""
 
     def __init__(
         self,
@@ -34,15 +42,20 @@ class WorkerSampler:
         *,
         interval_s: float = 0.25,
         clock: Callable[[], float] = time.perf_counter,
+        t0: float | None = None,
     ) -> None:
         self._pids = pids
         self._interval_s = interval_s
         self._clock = clock
-        self._t0 = clock()
+        self._t0 = clock() if t0 is None else t0
         self._processes: dict[int, psutil.Process] = {}
+        self._own = psutil.Process()
         self._stop = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
         self._lock = threading.Lock()
         self.samples: list[WorkerSample] = []
+        self.host_samples: list[HostSample] = []
         self._thread = threading.Thread(target=self._run, name=OWN_THREAD_PREFIX + "sampler", daemon=True)
 
     def start(self) -> WorkerSampler:
@@ -55,12 +68,26 @@ class WorkerSampler:
             self._thread.join()
         return self.samples
 
+    def pause(self) -> None:
+        """Stop sampling until resume(), with a last sample now (idle workers need no watching meanwhile)."""
+        if self._active.is_set():
+            self.sample_once()
+            self._active.clear()
+
+    def resume(self) -> None:
+        """Sample again, starting with one now."""
+        if not self._active.is_set():
+            self._active.set()
+            self.sample_once()
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            self.sample_once()
+            if self._active.is_set():
+                self.sample_once()
 
     def sample_once(self) -> None:
         t_s = self._clock() - self._t0
+        taken = []
         for pid in self._pids():
             try:
                 proc = self._processes.get(pid) or self._processes.setdefault(pid, psutil.Process(pid))
@@ -70,17 +97,16 @@ class WorkerSampler:
                     threads = proc.num_threads()
             except (psutil.Error, OSError):
                 continue  # a worker that ended between listing and sampling
-            with self._lock:
-                self.samples.append(
-                    WorkerSample(
-                        t_s=t_s,
-                        pid=pid,
-                        uss_bytes=memory.uss,
-                        rss_bytes=memory.rss,
-                        cpu_s=cpu.user + cpu.system,
-                        threads=threads,
-                    )
-                )
+            taken.append(WorkerSample(t_s, pid, memory.uss, memory.rss, cpu.user + cpu.system, threads))
+        try:
+            own = self._own.cpu_times()
+            host = HostSample(t_s, machine_busy_cpu_s(), own.user + own.system)
+        except (psutil.Error, OSError):
+            host = None
+        with self._lock:
+            self.samples.extend(taken)
+            if host is not None:
+                self.host_samples.append(host)
 
     def cpu_idle(self, pids: list[int], window_s: float, min_cpu_s: float = 0.05) -> bool | None:
         """Whether none of `pids` used more than min_cpu_s of CPU over the last window_s; None if unknown."""

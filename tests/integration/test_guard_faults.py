@@ -235,9 +235,9 @@ def test_past_max_restarts_the_error_names_the_batch_the_frame_and_the_settings_
         assert batches == _plain_epochs(dataset, 1)[0][:hung_batch]
         assert _kinds(guarded) == ["stall", "restart", "stall"]
     message = raised.value.message
-    assert f"gave up at epoch 0, batch {hung_batch} of 16: a stall, after 1 restart(s) (max_restarts=1)" in message
+    assert f"gave up at epoch 0, batch {hung_batch} of 16: a stall, after 1 restart (max_restarts=1)" in message
     assert f"{__file__}:{_line_of('# the planted hang')} in __getitem__" in message
-    assert "num_workers=1, fork, persistent -> num_workers=1, forkserver, persistent" in message
+    assert "1 worker, prefetch 2, persistent, fork -> 1 worker, prefetch 2, persistent, forkserver" in message
     assert raised.value.hint
 
 
@@ -265,8 +265,8 @@ def test_a_hang_that_follows_loading_into_the_spawned_worker_ends_the_ladder_the
         assert batches == _plain_epochs(list(range(N)), 1)[0][:5]  # the plain reference, without the fault
         assert _kinds(guarded) == ["stall", "restart", "stall"]  # not back to the main process
     message = raised.value.message
-    assert "gave up at epoch 0, batch 5 of 16: a stall, after 1 restart(s) (max_restarts=3)" in message
-    assert "num_workers=0 (loading in the main process) -> num_workers=1, spawn." in message
+    assert "gave up at epoch 0, batch 5 of 16: a stall, after 1 restart (max_restarts=3)" in message
+    assert "no workers (main process) -> 1 worker, prefetch 2, spawn." in message
     assert "moved out of the main process to one spawned worker already: the last rung" in message
 
 

@@ -191,7 +191,7 @@ def test_a_worker_hanging_in_a_later_epoch_is_restarted_and_every_stream_goes_on
         assert restart.detail["after"] == {**restart.detail["before"], "start_method": next_method}
         # Batch 2 came from worker 0 (of 2): the new workers deal from stream 1 on.
         assert restart.detail["streams"] == {"resumed": list(range(workers)), "first": 3 % workers}
-        assert "(each worker's stream right after its last batch delivered) with num_workers" in restart.message
+        assert "(each worker's stream right after its last batch delivered) with " in restart.message
 
 
 @pytest.mark.parametrize(("start_method", "workers", "persistent"), [("fork", 2, None), ("forkserver", 1, False)])
@@ -267,7 +267,7 @@ def test_past_the_start_methods_two_workers_give_up_since_their_streams_cannot_m
         assert batches == _plain_epoch(2)[:3]
         assert _kinds(guarded) == ["stall"]
     message = raised.value.message
-    assert "gave up at epoch 0, batch 3: a stall, after 0 restart(s) (max_restarts=3)" in message
+    assert "gave up at epoch 0, batch 3: a stall, after 0 restarts (max_restarts=3)" in message
     assert "No rung is left: an IterableDataset's workers each iterate their own stream" in message
 
 

@@ -112,7 +112,8 @@ def test_a_worker_stuck_on_a_lock_copied_by_fork_is_a_stall_with_its_stack(lock_
     assert time.monotonic() - started < 20
     assert rec.outcome == "stalled" and rec.stall is not None
     assert rec.stall.batch == 0 and rec.stall.workers_cpu_idle is True
-    assert rec.iterators[0].threads == ["lock-holder"]
+    assert [t.name for t in rec.iterators[0].threads] == ["lock-holder"]
+    assert rec.iterators[0].threads[0].runs.endswith("in hold")  # where it runs, for the report
     stuck = {str(s.stuck_frame) for s in rec.stall.stacks}
     expected_line = _line_of("with _LOCK:  # the line a stuck worker is reported at")
     assert stuck == {f"{__file__}:{expected_line} in __getitem__"}

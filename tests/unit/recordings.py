@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor.recording import BatchRecord, EpochRecord, HostFacts, IteratorFacts, Recording, WorkerSample
+from loaderdoctor.recording import (
+    AliveThread,
+    BatchRecord,
+    EpochRecord,
+    HostFacts,
+    IteratorFacts,
+    Recording,
+    WorkerSample,
+)
 from loaderdoctor.settings import Settings
 
 MIB = 2**20
@@ -40,18 +48,18 @@ def make_iterators(
     start_method: str | None = "fork",
     threads: list[str] | None = None,
     cuda_initialized: bool = False,
-    inductor_loaded: bool = False,
+    compiled_frames: int = 0,
     native_threads: int = 0,
 ) -> list[IteratorFacts]:
-    """One iterator per epoch, each created with the same state of the main process."""
+    """One iterator per epoch, each created with the same state of the main process (threads by name)."""
     return [
         IteratorFacts(
             epoch=e,
             start_method=start_method,
-            threads=list(threads or []),
+            threads=[AliveThread(name, "") for name in threads or []],
             native_threads=native_threads,
             cuda_initialized=cuda_initialized,
-            inductor_loaded=inductor_loaded,
+            compiled_frames=compiled_frames,
         )
         for e in range(epochs)
     ]
@@ -129,6 +137,13 @@ def make_recording(
             for e in range(epochs)
             for i in range(batches_per_epoch)
         ]
+    # One timeline: each batch delivered after its wait, each epoch begun where the one before ended.
+    clock, epoch_starts = 0.0, {}
+    for batch in batches:
+        epoch_starts.setdefault(batch.epoch, clock)
+        clock += batch.wait_s
+        batch.delivered_s = clock
+        clock += batch.step_s
     if wall_s is None:
         wall_s = sum(b.wait_s + b.step_s for b in batches)
     if worker_pids is None:
@@ -148,6 +163,7 @@ def make_recording(
             wall_s=sum(b.wait_s + b.step_s for b in batches if b.epoch == e),
             worker_pids=worker_pids[e],
             ended="exhausted",
+            started_s=epoch_starts.get(e, 0.0),
         )
         for e in range(epochs)
     ]

@@ -28,8 +28,9 @@ def _finding() -> Finding:
     return Finding("input-bound", "critical", "slow", {}, "", settings_change={"num_workers": 2})
 
 
-def _verification(settings: Settings, after: float) -> Verification:
-    return Verification(settings, 10.0, after, "completed", "completed", True, f"{after / 10:.2f}x faster")
+def _verification(settings: Settings, after: float, *, helped: bool = True) -> Verification:
+    verdict = "faster" if helped else "no-gain"
+    return Verification(settings, 10.0, after, "completed", "completed", verdict, f"{after / 10:.2f}x faster")
 
 
 def _tuning(settings: Settings) -> LoaderTuning:
@@ -51,33 +52,39 @@ def test_a_search_is_run_only_for_a_speed_fix_of_a_loader_that_ran(fixed, worth)
     assert check_module._worth_a_search(make_recording(settings=Settings(), outcome="stalled"), RULES_FIX) is False
 
 
-def _searched_fix(monkeypatch, searched_after: float) -> Verification:
-    monkeypatch.setattr(check_module, "tune_loader", lambda *args, **kwargs: _tuning(SEARCHED))
-    monkeypatch.setattr(
-        check_module, "verify", lambda spec, rec, findings, settings, **kw: _verification(settings, searched_after)
-    )
-    spec = LoaderSpec.from_loader(DataLoader(TensorDataset(torch.arange(8.0))))
-    return check_module._searched_fix(
-        spec,
-        make_recording(settings=Settings()),
-        [_finding()],
-        _verification(RULES_FIX, 30.0),
-        search_s=20.0,
-        verify_s=lambda: 5.0,
-        epochs=3,
-        step=None,
-        policy=None,
-        progress=None,
-        name="train",
-    )
+def _chosen(searched_after: float, *, rules_helped: bool = True) -> Verification:
+    rules = _verification(RULES_FIX, 30.0, helped=rules_helped)
+    return check_module._chosen([rules, _verification(SEARCHED, searched_after)], searched_trials=6)
 
 
-def test_the_searched_settings_replace_the_rules_fix_when_measured_faster(monkeypatch):
-    chosen = _searched_fix(monkeypatch, searched_after=45.0)
+def test_the_searched_settings_replace_the_rules_fix_when_measured_faster():
+    chosen = _chosen(searched_after=45.0)
     assert chosen.settings == SEARCHED and chosen.source == "tune"
-    assert "quick measured search" in chosen.note and "1.50x the rules' fix" in chosen.note
+    assert "quick measured search of 6 trials" in chosen.note and "1.50x the rules' fix" in chosen.note
 
 
-def test_the_rules_fix_stays_when_the_search_is_not_clearly_faster(monkeypatch):
-    chosen = _searched_fix(monkeypatch, searched_after=31.0)  # 1.03x: within the margin
+def test_the_rules_fix_stays_when_the_search_is_not_clearly_faster():
+    chosen = _chosen(searched_after=31.0)  # 1.03x: within the margin
     assert chosen.settings == RULES_FIX and chosen.source == "rules"
+
+
+def test_the_searched_settings_win_where_the_rules_fix_did_not_help():
+    chosen = _chosen(searched_after=31.0, rules_helped=False)
+    assert chosen.settings == SEARCHED and chosen.source == "tune"
+
+
+def test_the_search_reuses_the_checks_measurement_as_its_baseline(monkeypatch):
+    seen = {}
+
+    def fake_tune_loader(name, spec, **kwargs):
+        seen.update(kwargs)
+        return _tuning(SEARCHED)
+
+    monkeypatch.setattr(check_module, "tune_loader", fake_tune_loader)
+    spec = LoaderSpec.from_loader(DataLoader(TensorDataset(torch.arange(8.0))))
+    rec = make_recording(settings=Settings())
+    found, trials = check_module._search("train", spec, rec, search_s=20.0, step=None, policy=None, progress=None)
+    assert (found, trials) == (SEARCHED, 2)
+    baseline_rec, baseline_run = seen["baseline"]
+    assert baseline_rec is rec and baseline_run.batches_per_s > 0
+    assert seen["quick"] is True

@@ -14,9 +14,14 @@ from loaderdoctor.cli import main
 from loaderdoctor.probe import ProbeProgress
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
+from loaderdoctor.render import tune as tune_render
 from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.settings import Settings
+from loaderdoctor.tune.result import LoaderTuning, TuneReport
+from loaderdoctor.tune.space import Limits
+from loaderdoctor.tune.trial import Measurement, Trial
+from loaderdoctor.words import plural
 
 TINY_LOADER = """\
 import torch
@@ -41,24 +46,47 @@ def test_scenarios_lists_every_scenario(capsys):
     ("argv", "words"),
     [
         (["check", "nope.module:fn"], "nope"),
-        (["check", "--budget", "-1"], "must be a number more than 0, not -1"),
-        (["check", "--budget", "soon"], "invalid _positive value"),
-        (["bogus"], "invalid choice: 'bogus'"),
-        ([], "required: command"),
+        (["check", "--budget", "-1"], "--budget must be more than 0 seconds, not '-1'"),
+        (["check", "--budget", "abc"], "--budget must be a number of seconds, not 'abc'"),
+        (["check", "--budget", "inf"], "--budget must be a finite number of seconds, not 'inf'"),
+        (["check", "--budget", "nan"], "--budget must be a finite number of seconds, not 'nan'"),
+        (["check", "--step-ms", "-5"], "--step-ms must be 0 or more milliseconds, not '-5'"),
+        (["check", "--epochs", "0"], "--epochs must be 1 or more epochs, not '0'"),
+        (["check", "--epochs", "two"], "--epochs must be a whole number of epochs, not 'two'"),
+        (["tune", "--max-workers", "0"], "--max-workers must be 1 or more workers, not '0'"),
+        (["tune", "--budget", "1e999"], "--budget must be a finite number of seconds, not '1e999'"),
+        (["bogus"], "unknown command 'bogus': use one of check, tune, scenarios"),
+        ([], "give a command: one of check, tune, scenarios"),
+        (["check", "--budget"], "--budget: expected one argument"),
     ],
 )
-def test_usage_errors_exit_2_with_a_message(capsys, argv, words):
+def test_usage_errors_exit_2_with_a_message_in_the_users_words(capsys, argv, words):
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.lstrip().startswith("error: ")
     assert words in " ".join(captured.err.split())  # rich may wrap the line
     assert "hint:" in captured.err
+    assert "argument " not in captured.err  # never argparse's "argument --budget: invalid _positive value"
 
 
-def test_check_rejects_zero_epochs(capsys):
-    assert main(["check", "nope.module:fn", "--epochs", "0"]) == 2
-    assert "--epochs must be 1 or more, not 0" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "schema", "words"),
+    [
+        (["check", "--json", "--budget", "abc"], "loaderdoctor.check/1", "--budget must be a number of seconds"),
+        (["tune", "--budget", "inf", "--json"], "loaderdoctor.tune/1", "--budget must be a finite number"),
+        (["check", "nope.module:fn", "--json", "--no-verify"], "loaderdoctor.check/1", "nope"),
+    ],
+)
+def test_with_json_an_error_is_a_json_object_on_stdout_too(capsys, argv, schema, words):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert set(document) == {"schema", "error", "hint"}
+    assert document["schema"] == schema
+    assert words in document["error"]
+    assert document["hint"]
+    assert captured.err.lstrip().startswith("error: ")  # the message is on stderr as well
 
 
 def _tiny_target(tmp_path, module: str) -> str:
@@ -66,11 +94,6 @@ def _tiny_target(tmp_path, module: str) -> str:
     path = tmp_path / f"{module}.py"
     path.write_text(TINY_LOADER)
     return f"{path}:make_loader"
-
-
-def test_a_nan_budget_is_a_usage_error(capsys):
-    assert main(["check", "nope.module:fn", "--budget", "nan"]) == 2
-    assert "not nan" in capsys.readouterr().err
 
 
 def test_a_nan_step_is_a_usage_error(tmp_path, capsys):
@@ -147,7 +170,7 @@ def _report(helped: bool = True) -> Report:
         after=31.0 if helped else 12.0,
         before_outcome="completed",
         after_outcome="completed",
-        helped=helped,
+        verdict="faster" if helped else "no-gain",
         note=(
             "2.48x faster, measured with the same budget and training step" if helped else "no measurable gain (0.96x)"
         ),
@@ -165,7 +188,7 @@ def test_console_shows_findings_and_the_verified_fix():
     text = _rendered(_report())
     assert "loaderdoctor check demo" in text
     assert "loader 'train'" in text
-    assert "num_workers=0 (loading runs in the training process)" in text
+    assert "no workers (main process)" in text
     assert "critical input-bound" in " ".join(text.split())
     assert "The training step waits for data 38% of the time" in text
     assert "evidence  wait_fraction=0.375, num_workers=0" in text
@@ -178,7 +201,7 @@ def test_console_shows_findings_and_the_verified_fix():
 
 def test_console_shows_a_fix_that_did_not_help_without_its_snippet():
     text = _rendered(_report(helped=False))
-    assert "✘ not a fix  num_workers=2, persistent_workers=True" in text
+    assert "≈ no measurable gain  num_workers=2, persistent_workers=True" in text
     assert "12.5 → 12.0 batches/s: no measurable gain (0.96x)" in text
     assert "loader = DataLoader(" not in text
     assert "✔ verified fix" not in text
@@ -257,3 +280,99 @@ def test_a_training_step_that_raises_is_reported_with_its_line(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "the training step raised RuntimeError: shapes do not match" in err
     assert "bad_step.py:4 in step" in err
+
+
+# what a user reads: 80 columns when piped, counts in words
+
+
+def _tuned() -> TuneReport:
+    limits = Limits(
+        cores=2, memory_bytes=8 * 2**30, shm_bytes=None, max_workers=1, start_method="fork", pin_memory=False,
+        threads=True,
+    )  # fmt: skip
+    settings = [
+        Settings(),
+        Settings(num_workers=1, persistent_workers=True, start_method="forkserver", pin_memory=True),
+        Settings(num_workers=4, prefetch_factor=8, persistent_workers=True, start_method="forkserver"),
+        Settings(num_workers=2, backend="thread"),
+    ]
+    trials = [
+        Trial(1, settings[0], "baseline", "measured", [Measurement(10.0, "completed", 3.0)]),
+        Trial(2, settings[1], "workers", "measured", [Measurement(30.0, "completed", 3.0, keeps_up=True)]),
+        Trial(
+            3,
+            settings[2],
+            "workers",
+            "stalled",
+            [Measurement(0.0, "stalled", 3.0)],
+            note="no batch came for 10 s; the workers were stuck at dataset.py:42 in __getitem__ reading a "
+            "file that another process held locked",
+        ),
+        Trial(4, settings[3], "threads", "other-data", [Measurement(12.0, "completed", 3.0)], note="repeats"),
+    ]
+    tuning = LoaderTuning("train", trials, trials[0], trials[1], limits, 12.0, "budget", 20.0)
+    return TuneReport("demo", {"train": tuning})
+
+
+def _lines(render, report, width: int = 80) -> list[str]:
+    console = Console(record=True, width=width, file=io.StringIO())
+    render(report, console)
+    return console.export_text().splitlines()
+
+
+def test_the_tune_table_fits_80_columns_with_whole_headers_and_verdicts():
+    lines = _lines(tune_render.render, _tuned())
+    assert max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if line.lstrip().startswith("#"))
+    assert header.split() == ["#", "settings", "batches/s", "speedup", "memory", "runs", "verdict"]
+    assert any(line.rstrip().endswith("chosen, keeps up") for line in lines)  # a verdict is never wrapped
+    text = "\n".join(lines)
+    assert "1 worker, prefetch 2, persistent, forkserver, pinned" in " ".join(text.split())
+    assert "1 workers" not in text and "(s)" not in text
+    # the notes follow the table, each on lines of its own, starting with its trial's number
+    note = next(i for i, line in enumerate(lines) if line.strip().startswith("#3 stalled: no batch came"))
+    assert "__getitem__" in " ".join(lines[note : note + 3])
+    assert any(line.strip() == "#4 other-data: repeats" for line in lines)
+    assert "at most 1 worker" in text and "4 trials in 12 s" in text
+
+
+def test_the_check_report_fits_80_columns_and_counts_in_words():
+    rec = make_recording(
+        settings=Settings(num_workers=1, persistent_workers=True),
+        wait_s=0.03,
+        step_s=0.05,
+        epochs=1,
+        batches_per_epoch=1,
+    )
+    report = _report()
+    report.loaders["other"] = LoaderReport("other", rec, [])
+    lines = _lines(console_render.render, report)
+    assert max(len(line) for line in lines) <= 80
+    text = " ".join(" ".join(lines).split())
+    assert "1 worker, prefetch 2, persistent, fork" in text
+    assert "1 epoch, 1 batch in" in text and "(1 batch per epoch)" in text
+    assert "(s)" not in text and "1 workers" not in text
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        (Settings(), "no workers (main process)"),
+        (Settings(num_workers=1, start_method="spawn"), "1 worker, prefetch 2, spawn"),
+        (
+            Settings(num_workers=4, prefetch_factor=4, persistent_workers=True, start_method="fork", worker_threads=1),
+            "4 workers, prefetch 4, persistent, fork, 1 thread each",
+        ),
+        (Settings(num_workers=3, backend="thread", pin_memory=True), "3 threads, prefetch 2, pinned"),
+    ],
+)
+def test_settings_are_described_one_way_everywhere(settings, words):
+    assert settings.describe() == words
+
+
+@pytest.mark.parametrize(
+    ("count", "noun", "words"),
+    [(1, "worker", "1 worker"), (2, "worker", "2 workers"), (0, "batch", "0 batches"), (3, "epoch", "3 epochs")],
+)
+def test_counts_in_words(count, noun, words):
+    assert plural(count, noun) == words

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from loaderdoctor.forksafety import ForkHazards
 from loaderdoctor.guard.ladder import escalation, next_rung
-from loaderdoctor.guard.safe import fork_hazards, persistent_workers_change, start_method_change
-from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.guard.safe import persistent_workers_change, start_method_change
+from loaderdoctor.recording import AliveThread, IteratorFacts
 from loaderdoctor.settings import Settings
 
 
@@ -69,8 +70,9 @@ def test_an_unknown_reason_is_refused():
         next_rung(Settings(num_workers=2), "oops")
 
 
-def _facts(threads=(), cuda=False, inductor=False) -> IteratorFacts:
-    return IteratorFacts(0, "fork", list(threads), cuda, inductor)
+def _hazards(threads=(), cuda=False, compiled=0) -> ForkHazards:
+    alive = [AliveThread(name, "") for name in threads]
+    return ForkHazards.of([IteratorFacts(0, "fork", alive, cuda, compiled_frames=compiled)])
 
 
 def test_persistent_workers_unless_the_user_said_false():
@@ -82,34 +84,43 @@ def test_persistent_workers_unless_the_user_said_false():
     assert persistent_workers_change(Settings(num_workers=2, persistent_workers=True), explicit=False) is None
 
 
-def test_fork_hazards_name_what_fork_would_copy():
-    assert fork_hazards(_facts()) == []
-    hazards = fork_hazards(_facts(threads=["metrics"], cuda=True, inductor=True))
-    assert hazards == [
-        "1 other thread(s) alive in this process (metrics)",
-        "CUDA is initialised",
-        "torch.compile's inductor is loaded (it runs compile threads)",
-    ]
+def test_fork_hazards_name_what_runs_in_the_parent():
+    assert not _hazards()
+    hazards = _hazards(threads=["metrics"], cuda=True, compiled=2)
+    assert hazards.describe() == (
+        "1 other thread ran (metrics) and CUDA was initialised and torch.compile had compiled 2 functions"
+    )
 
 
 def test_fork_becomes_forkserver_when_unsafe():
     fork = Settings(num_workers=2, start_method="fork")
-    change = start_method_change(fork, _facts(threads=["metrics"]), explicit=False)
+    change = start_method_change(fork, _hazards(threads=["metrics"]), explicit=False, blocker=None)
     assert change is not None and not change.kept
     assert change.apply(fork).start_method == "forkserver"
-    assert "1 other thread(s) alive" in change.reason
-    assert start_method_change(fork, _facts(), explicit=False) is None
+    assert "1 other thread ran (metrics)" in change.reason
+    assert start_method_change(fork, _hazards(), explicit=False, blocker=None) is None
 
 
 def test_an_explicit_fork_is_kept_and_said_to_be_unsafe():
     fork = Settings(num_workers=2, start_method="fork")
-    change = start_method_change(fork, _facts(cuda=True), explicit=True)
+    change = start_method_change(fork, _hazards(cuda=True), explicit=True, blocker=None)
     assert change is not None and change.kept
     assert change.apply(fork) == fork
-    assert "CUDA is initialised" in change.reason and "chosen explicitly" in change.reason
+    assert "CUDA was initialised" in change.reason and "chosen explicitly" in change.reason
+
+
+def test_fork_is_kept_where_forkserver_cannot_load_the_loader():
+    fork = Settings(num_workers=2)
+    blocker = "the loader's collate_fn (function) cannot be pickled"
+    change = start_method_change(fork, _hazards(threads=["tqdm_monitor"]), explicit=False, blocker=blocker)
+    assert change is not None and change.kept
+    assert change.apply(fork) == fork
+    assert "tqdm_monitor" in change.reason and blocker in change.reason
+    assert "start the loaders' workers before those threads" in change.reason
 
 
 def test_other_start_methods_and_no_workers_need_no_change():
-    facts = _facts(threads=["metrics"], cuda=True)
-    assert start_method_change(Settings(num_workers=2, start_method="spawn"), facts, explicit=False) is None
-    assert start_method_change(Settings(num_workers=0), facts, explicit=False) is None
+    hazards = _hazards(threads=["metrics"], cuda=True)
+    spawn = Settings(num_workers=2, start_method="spawn")
+    assert start_method_change(spawn, hazards, explicit=False, blocker=None) is None
+    assert start_method_change(Settings(num_workers=0), hazards, explicit=False, blocker=None) is None

@@ -166,7 +166,7 @@ def test_persistent_workers_from_the_call_win_over_the_option():
 @pytest.mark.parametrize(
     ("options", "words"),
     [
-        ({"stall_timout": 5}, r"unknown guard option\(s\) for patch\(\): stall_timout"),
+        ({"stall_timout": 5}, r"unknown guard option for patch\(\): stall_timout"),
         ({"stall_timeout": 0}, "stall_timeout must be a number of seconds above 0"),
         ({"max_restarts": -1}, "max_restarts must be a whole number"),
     ],

@@ -200,7 +200,7 @@ def test_an_interrupted_main_process_stall_resumes_the_stream_after_its_last_bat
     assert got == [_epoch(_loader())] * 2
     # The dataset holds a lock: it cannot go to a spawned worker, so the main process loads it again.
     assert restart.batch == 3 and restart.detail["streams"] == {"resumed": [0], "first": 0}
-    assert "again with num_workers=0" in restart.message and not restart.detail["escalated"]
+    assert "again with no workers (main process)" in restart.message and not restart.detail["escalated"]
 
 
 def test_on_sample_error_skip_is_refused_for_it():
@@ -232,7 +232,7 @@ def _map_state() -> dict:
         (
             {},
             {"num_workers": 2},
-            r"holds 1 stream\(s\), saved with num_workers=0; this loader has num_workers=2: an IterableDataset",
+            r"holds 1 stream, saved with num_workers=0; this loader has num_workers=2: an IterableDataset",
         ),
         ({"worker_states": {"1": {"position": 4}}}, {}, "worker_states must be a dict from worker ids below 1"),
         ({"worker_states": [{"position": 4}]}, {}, "worker_states must be a dict"),

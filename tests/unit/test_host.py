@@ -1,18 +1,16 @@
-"""Host facts: the cgroup CPU quota from fake files, usable cores, other threads, and the facts as a whole."""
+"""Host facts: the cgroup CPU quota from fake files, usable cores, the facts as a whole, and other processes' CPU."""
 
 from __future__ import annotations
 
 import os
 import resource
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 
 from loaderdoctor import host
-from loaderdoctor.host import cgroup_cpu_quota, host_facts, iterator_facts, other_threads, usable_cores
+from loaderdoctor.host import busiest_others, cgroup_cpu_quota, cpu_snapshot, host_facts, usable_cores
 
 
 def _write(path: Path, text: str) -> None:
@@ -72,34 +70,6 @@ def test_usable_cores_with_a_fake_quota(monkeypatch):
     assert (cores, quota) == (0.5, 0.5)
 
 
-def test_other_threads_include_the_users_and_leave_out_loaderdoctors():
-    release = threading.Event()
-    users = threading.Thread(target=release.wait, args=(5.0,), name="user-prefetcher")
-    own = threading.Thread(target=release.wait, args=(5.0,), name="loaderdoctor-sampler")
-    users.start()
-    own.start()
-    try:
-        names = other_threads()
-    finally:
-        release.set()
-        users.join()
-        own.join()
-    assert "user-prefetcher" in names
-    assert "loaderdoctor-sampler" not in names
-    assert threading.main_thread().name not in names
-    assert "user-prefetcher" not in other_threads()  # ended
-
-
-def test_iterator_facts():
-    facts = iterator_facts(3, "forkserver")
-    assert facts.epoch == 3
-    assert facts.start_method == "forkserver"
-    assert facts.threads == other_threads()
-    assert facts.cuda_initialized is bool(torch.cuda.is_initialized())
-    assert facts.inductor_loaded is ("torch._inductor" in sys.modules)
-    assert iterator_facts(0, None).start_method is None
-
-
 def test_host_facts(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     facts = host_facts()
@@ -152,3 +122,34 @@ def test_orphans_count_as_stray_workers_only_beyond_doubt(monkeypatch):
     assert {p.pid for p in strays} == {20, 10, 11}
     monkeypatch.setattr(host.psutil, "pid_exists", lambda pid: True)  # the group's leader still runs
     assert {p.pid for p in host._orphaned_workers([forked_a, forked_b])} == set()
+
+
+def test_other_processes_are_named_by_the_cpu_they_took_and_ours_are_left_out(monkeypatch):
+    own = os.getpid()
+    before = {(own, 1.0): (5.0, "python"), (4242, 2.0): (10.0, "hog"), (4343, 3.0): (1.0, "idle")}
+    after = {(own, 1.0): (9.0, "python"), (4242, 2.0): (12.0, "hog"), (4343, 3.0): (1.05, "idle")}
+    monkeypatch.setattr(host.psutil, "Process", _NamedProcess)
+    (busy,) = busiest_others(before, after, seconds=2.0)
+    assert (busy.pid, busy.cores, busy.cmdline) == (4242, 1.0, "hog --spin")  # 2 CPU seconds in 2 s; idle: 0.025
+
+
+def test_a_process_that_started_meanwhile_is_not_compared_with_another_of_its_pid():
+    before = {(4242, 2.0): (10.0, "old")}
+    after = {(4242, 9.0): (50.0, "new")}  # the same pid, created later: another process
+    assert busiest_others(before, after, seconds=2.0) == []
+
+
+def test_a_snapshot_holds_this_process():
+    snapshot = cpu_snapshot()
+    assert any(pid == os.getpid() for pid, _ in snapshot)
+
+
+class _NamedProcess:
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = os.getpid() if pid is None else pid
+
+    def children(self, recursive: bool = False) -> list:
+        return []
+
+    def cmdline(self) -> list[str]:
+        return ["hog", "--spin"]

@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.probe import ProbeProgress, pickled_bytes, probe
+from loaderdoctor.pickling import pickled_bytes
+from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import SampleError, wait_fraction
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.watchdog import StallPolicy

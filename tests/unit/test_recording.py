@@ -1,4 +1,5 @@
-"""The figures derived from a Recording, on hand-made ones with exact values, and that it is JSON-ready."""
+"""The figures derived from a Recording (the one notion of a rate among them), on hand-made ones with exact values,
+and that it is JSON-ready."""
 
 from __future__ import annotations
 
@@ -14,17 +15,20 @@ from loaderdoctor.recording import (
     StackFrame,
     Stall,
     StrayProcess,
+    Window,
     WorkerDeath,
     WorkerSample,
     WorkerStack,
     batches_per_s,
-    loading_cpu_share,
-    measurements,
+    epoch_batches,
+    epoch_overhead_s,
+    interval_s,
     startup_s,
     steady_batches,
+    training_rate,
     wait_fraction,
-    worker_growth,
 )
+from loaderdoctor.report import measurements
 from loaderdoctor.settings import Settings
 
 IN_MAIN_PROCESS = Settings()
@@ -61,8 +65,23 @@ def _small() -> Recording:
 
 
 def test_steady_batches_leave_out_each_epochs_first_delivered_batch():
-    rec = make_recording(batches=[_batch(0, 0), _batch(0, 1), _batch(0, 2), _batch(1, 0), _batch(1, 1)], epochs=2)
+    rec = make_recording(
+        settings=IN_MAIN_PROCESS,
+        batches=[_batch(0, 0), _batch(0, 1), _batch(0, 2), _batch(1, 0), _batch(1, 1)],
+        epochs=2,
+    )
     assert [(b.epoch, b.index) for b in steady_batches(rec)] == [(0, 1), (0, 2), (1, 1)]
+
+
+def test_steady_batches_leave_out_each_started_workers_first_batch():
+    # 2 persistent workers start in epoch 0: batches 0 and 1 (worker 0's and worker 1's first) are start-up;
+    # in epoch 1 the same workers go on and only the epoch's first batch is its start.
+    batches = [_batch(e, i) for e in range(2) for i in range(4)]
+    rec = make_recording(settings=Settings(num_workers=2, persistent_workers=True), batches=batches, epochs=2)
+    assert [(b.epoch, b.index) for b in steady_batches(rec)] == [(0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]
+    # Workers started anew every epoch: each epoch's first 2 batches are start-up.
+    rec = make_recording(settings=Settings(num_workers=2), batches=batches, epochs=2)
+    assert [(b.epoch, b.index) for b in steady_batches(rec)] == [(0, 2), (0, 3), (1, 2), (1, 3)]
 
 
 def test_steady_batches_when_the_first_batch_failed():
@@ -98,52 +117,68 @@ def test_batches_per_s():
     assert batches_per_s(make_recording(wall_s=0.0)) == 0.0
 
 
-# loading CPU share
+# the rate of a training loop
 
 
-def test_loading_cpu_share_in_main_process_comes_from_wait_cpu():
-    batches = [_batch(0, 0, wait_s=1.0, wait_cpu_s=0.0)]  # start-up: left out
-    batches += [_batch(0, i, wait_s=0.02, wait_cpu_s=0.015) for i in range(1, 5)]
-    rec = make_recording(settings=IN_MAIN_PROCESS, batches=batches, epochs=1)
-    assert loading_cpu_share(rec) == pytest.approx(0.75)
+WORKERS = Settings(num_workers=2, prefetch_factor=2, persistent_workers=False)
+PERSISTENT = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True)
 
 
-def test_loading_cpu_share_in_main_process_without_waiting_is_unknown():
-    batches = [_batch(0, i, wait_s=0.0) for i in range(3)]
-    assert loading_cpu_share(make_recording(settings=IN_MAIN_PROCESS, batches=batches, epochs=1)) is None
+def test_the_rate_counts_each_epochs_start_up_for_workers_started_anew():
+    # 20 batches of 10 ms after a 1 s start-up, every epoch: 20 batches in 1.19 s.
+    rec = make_recording(settings=WORKERS, step_s=None, epochs=3, wait_s=0.01, first_batch_s=1.0)
+    assert interval_s(rec) == pytest.approx(0.01)
+    assert epoch_overhead_s(rec) == pytest.approx(0.99)
+    assert training_rate(rec) == pytest.approx(20 / 1.19)
 
 
-def test_loading_cpu_share_with_workers_averages_the_workers_samples():
-    samples = [
-        _sample(1, 0.0, cpu_s=0.0),
-        _sample(1, 1.0, cpu_s=0.8),
-        _sample(1, 2.0, cpu_s=1.6),  # 0.8 CPU s per s
-        _sample(2, 0.0, cpu_s=0.0),
-        _sample(2, 2.0, cpu_s=0.4),  # 0.2
-        _sample(3, 1.0, cpu_s=9.0),  # one sample: no rate, left out
-    ]
-    rec = make_recording(settings=Settings(num_workers=3), worker_samples=samples)
-    assert loading_cpu_share(rec) == pytest.approx(0.5)
+def test_persistent_workers_pay_their_first_start_up_once_not_per_epoch():
+    rec = make_recording(settings=PERSISTENT, step_s=None, epochs=3, wait_s=0.01, first_batch_s=[1.0, 0.01, 0.01])
+    assert training_rate(rec) == pytest.approx(100.0)
+    one_epoch = make_recording(settings=PERSISTENT, step_s=None, epochs=1, wait_s=0.01, first_batch_s=1.0)
+    assert training_rate(one_epoch) == pytest.approx(100.0)
 
 
-def test_loading_cpu_share_with_workers_but_no_samples_is_unknown():
-    assert loading_cpu_share(make_recording(settings=Settings(num_workers=2), worker_samples=[])) is None
+def test_an_epochs_end_counts_as_its_overhead():
+    rec = make_recording(settings=WORKERS, step_s=None, epochs=3, wait_s=0.01, first_batch_s=0.01)
+    for epoch in rec.epochs:
+        epoch.end_s = 0.35  # the workers' shutdown at StopIteration
+    assert epoch_overhead_s(rec) == pytest.approx(0.35)
+    assert training_rate(rec) == pytest.approx(20 / (0.35 + 0.2))
 
 
-def test_loading_cpu_share_with_workers_ignores_wait_cpu():
-    rec = make_recording(settings=Settings(num_workers=2), cpu_share=0.3, wait_cpu_share=0.9)
-    assert loading_cpu_share(rec) == pytest.approx(0.3)
+def test_a_run_shorter_than_an_epoch_is_extrapolated_to_the_epoch_length():
+    rec = make_recording(settings=WORKERS, step_s=None, epochs=1, batches_per_epoch=5, wait_s=0.01, first_batch_s=1.0)
+    rec.batches_per_epoch = 100  # the run was cut after 5 of the epoch's 100 batches
+    assert training_rate(rec) == pytest.approx(100 / (0.99 + 100 * 0.01))
 
 
-def test_worker_growth_per_pid():
-    samples = [
-        _sample(7, 0.5, uss_mb=100),
-        _sample(7, 1.5, uss_mb=120),
-        _sample(7, 2.5, uss_mb=150),
-        _sample(8, 0.5, uss_mb=300),
-    ]
-    rec = make_recording(worker_samples=samples)
-    assert worker_growth(rec) == {7: (100.0 * MIB, 150.0 * MIB, 2.0)}
+def test_a_stream_of_unknown_length_runs_at_its_steady_pace():
+    rec = make_recording(settings=WORKERS, step_s=0.04, epochs=1, wait_s=0.01, first_batch_s=1.0)
+    rec.batches_per_epoch = None
+    rec.epochs[0].ended = "time"
+    assert epoch_batches(rec) is None
+    assert training_rate(rec) == pytest.approx(20.0)
+    rec.epochs[0].ended = "exhausted"
+    assert epoch_batches(rec) == 20
+
+
+def test_the_rate_of_a_window_uses_its_batches_only():
+    batches = [_batch(0, 0, wait_s=0.5)] + [_batch(0, i, wait_s=0.01 if i < 6 else 0.06) for i in range(1, 11)]
+    rec = make_recording(settings=PERSISTENT, batches=batches, epochs=1)
+    rec.batches_per_epoch = None
+    first = Window(0.0, batches[5].delivered_s)
+    second = Window(batches[6].delivered_s, batches[-1].delivered_s)
+    assert training_rate(rec, first) == pytest.approx(1 / 0.05)
+    assert training_rate(rec, second) == pytest.approx(1 / 0.10)
+    rec.windows = [second]  # the run's measuring windows: batches outside them do not count
+    assert [b.index for b in steady_batches(rec)] == list(range(6, 11))
+    assert training_rate(rec) == pytest.approx(1 / 0.10)
+
+
+def test_no_rate_without_steady_batches():
+    rec = make_recording(batches=[_batch(0, 0)], epochs=1)
+    assert training_rate(rec) is None
 
 
 # measurements
@@ -152,19 +187,27 @@ def test_worker_growth_per_pid():
 def test_measurements_of_a_small_recording():
     m = measurements(_small())
     assert m == {
-        "batches_per_s": 12.821,  # 10 batches in 0.78 s
-        "samples_per_s": 102.564,
+        "batches_per_s": 14.706,  # an epoch of 5 batches in 0.34 s: its first batch 0.1 s, then 50 ms each
+        "samples_per_s": 117.647,
         "wait_fraction": 0.2,
-        "startup_fraction": 0.3846,
+        "interval_ms": 50.0,
+        "epoch_overhead_s": 0.09,  # the second epoch's first batch, 0.1 s, against a 10 ms wait
+        "first_startup_s": 0.2,
         "first_batch_s": [0.2, 0.1],
         "epochs": 2,
         "batches": 10,
+        "batches_per_epoch": 5,
         "wall_s": 0.78,
+        "run_batches_per_s": 12.821,  # 10 batches in 0.78 s, start-up included
         "step_ms": 40.0,
         "wait_ms_p50": 10.0,
         "wait_ms_p95": 10.0,
         "batch_mb": 1.0,
+        "loading_cores": 0.5,
         "loading_cpu_share": 0.5,
+        "available_cores": 2.0,
+        "other_processes_cores": None,
+        "other_processes": [],
         "worker_uss_mb_max": None,
         "start_method": None,
         "outcome": "completed",
@@ -187,9 +230,9 @@ def test_measurements_wait_percentiles_and_worker_memory():
 def test_measurements_of_an_empty_run():
     rec = make_recording(batches=[], epochs=1, first_batch_s=[None], wall_s=0.0, step_s=None, outcome="stalled")
     m = measurements(rec)
-    assert m["batches_per_s"] == 0.0
-    assert m["samples_per_s"] == 0.0
-    assert m["startup_fraction"] is None
+    assert m["batches_per_s"] is None
+    assert m["samples_per_s"] is None
+    assert m["first_startup_s"] is None
     assert m["first_batch_s"] == [None]
     assert m["wait_ms_p50"] is None
     assert m["wait_ms_p95"] is None

@@ -1,35 +1,37 @@
-"""What a trial's run counts as: the epoch rate, loading's memory, a slow start versus a stall, keeping up."""
+"""What a trial's run counts as: the training loop's rate, loading's memory, a slow start versus a stall, keeping up."""
 
 from __future__ import annotations
 
 import pytest
 from recordings import BATCH_BYTES, MIB, make_recording
 
-from loaderdoctor.recording import Stall
+from loaderdoctor.recording import Stall, training_rate
 from loaderdoctor.settings import Settings
-from loaderdoctor.tune.measure import epoch_rate, loading_memory_bytes, measurement
+from loaderdoctor.tune.measure import loading_memory_bytes, measurement
 
 WORKERS = Settings(num_workers=2, prefetch_factor=2, persistent_workers=False)
 
 
-def test_the_epoch_rate_counts_each_epochs_start_up_for_workers_started_anew():
-    # 20 batches of 10 ms after a 1 s start-up, every epoch: 20 batches in 1.19 s (+ one step of slack).
-    rec = make_recording(settings=WORKERS, step_s=None, epochs=3, wait_s=0.01, first_batch_s=1.0)
-    assert epoch_rate(rec) == pytest.approx(20 / (1.0 + 19 * 0.01), rel=0.01)
+def test_a_trials_rate_is_the_training_loops_and_its_start_up_is_apart():
+    rec = make_recording(settings=WORKERS, step_s=None, epochs=3, wait_s=0.01, first_batch_s=[3.0, 1.0, 1.0])
+    measured = measurement(rec)
+    assert measured.batches_per_s == pytest.approx(training_rate(rec))
+    assert measured.startup_s == 3.0
 
 
-def test_persistent_workers_pay_their_first_start_up_once_not_per_epoch():
-    persistent = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True)
-    rec = make_recording(settings=persistent, step_s=None, epochs=3, wait_s=0.01, first_batch_s=[1.0, 0.01, 0.01])
-    assert epoch_rate(rec) == pytest.approx(100.0, rel=0.01)
-    one_epoch = make_recording(settings=persistent, step_s=None, epochs=1, wait_s=0.01, first_batch_s=1.0)
-    assert epoch_rate(one_epoch) == pytest.approx(100.0, rel=0.01)
+def test_a_trial_with_no_batch_after_its_start_up_has_no_rate_and_says_why():
+    rec = make_recording(settings=WORKERS, step_s=None, epochs=1, batches_per_epoch=1, first_batch_s=5.0)
+    measured = measurement(rec)
+    assert measured.batches_per_s == 0.0
+    assert "too few batches after its start-up" in measured.error
 
 
-def test_a_run_shorter_than_an_epoch_is_extrapolated_to_the_epoch_length():
-    rec = make_recording(settings=WORKERS, step_s=None, epochs=1, batches_per_epoch=5, wait_s=0.01, first_batch_s=1.0)
-    rec.batches_per_epoch = 100  # the run was cut after 5 of the epoch's 100 batches
-    assert epoch_rate(rec) == pytest.approx(100 / (1.0 + 99 * 0.01), rel=0.01)
+def test_the_copies_of_a_sample_are_carried_to_the_search():
+    rec = make_recording(settings=WORKERS)
+    for epoch in rec.epochs:
+        epoch.typical_copies = 2
+    assert measurement(rec).copies == 2
+    assert measurement(make_recording(settings=WORKERS)).copies is None
 
 
 def test_loading_memory_is_the_workers_uss_together_plus_the_batches_in_flight():

@@ -36,7 +36,7 @@ class FakeHost:
         self,
         rate: Callable[[Settings], float],
         *,
-        cpu_share: float | None = 0.95,
+        cpu_share: float = 0.95,
         worker_bytes: int = 100 * 2**20,
         noise: list[float] | None = None,
         outcome: Callable[[Settings], str] = lambda s: "completed",
@@ -69,7 +69,8 @@ class FakeHost:
             outcome=outcome,
             seconds=seconds,
             memory_bytes=processes * self.worker_bytes,
-            cpu_share=self.cpu_share if settings.num_workers else None,
+            # Each worker computes cpu_share of its time, on at most the 2 cores there are.
+            loading_cores=min(self.cpu_share * settings.num_workers, 2.0) if settings.num_workers else None,
             keeps_up=keeps_up,
             epoch_batches=self.epoch_batches(settings),
         )

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.forksafety import ForkHazards, forkserver_blocker, iterator_facts
 from loaderdoctor.guard import children
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.inner import Inner, Resources
@@ -32,18 +33,17 @@ from loaderdoctor.guard.safe import SettingChange, persistent_workers_change, st
 from loaderdoctor.guard.samples import MIN_SAMPLES_FOR_FRACTION, GuardedSamples, SkipReports, TaggedPlan
 from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, checked_stream_state, dataset_length
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
-from loaderdoctor.guard.texts import describe, stuck_text
-from loaderdoctor.host import iterator_facts
+from loaderdoctor.guard.texts import stuck_text
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter, kept_interrupter
-from loaderdoctor.probe import pickled_bytes
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tap import Tap, dead_worker_pids, is_worker_death, starts_workers
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
+from loaderdoctor.words import plural
 from loaderdoctor.workers import StackDumpHook, dump_worker_stacks, kill_workers, thread_stack
 
 # Imported from here by callers and tests: kept where they always were.
-__all__ = ["STATE_VERSION", "GuardedLoader", "describe", "stall_policy"]
+__all__ = ["STATE_VERSION", "GuardedLoader", "stall_policy"]
 
 log = logging.getLogger("loaderdoctor")
 
@@ -160,7 +160,8 @@ class GuardedLoader:
         self._resume_pending = False  # load_state_dict() set a plan and position for the next iter() to resume
         self._seed_state: torch.Tensor | None = None
         self._slowest_wait_s = 0.0
-        self._picklable_result: bool | None = None
+        self._blocker_known = False
+        self._blocker_text: str | None = None
         self._warned_fork = False
         self._consumer = threading.current_thread()
         # Set while the main thread is in this loader's next() of a num_workers=0 iterator: what ends it.
@@ -319,10 +320,10 @@ class GuardedLoader:
             self._epoch, self._position, self._exhausted = epoch, checked["position"], False
             self._streams.restore(states, checked["last_worker"])
             log.info(
-                "loaderdoctor guard: state loaded: the next iter() resumes epoch %d after %d batch(es), the "
-                "stream(s) of worker(s) %s where their last batch delivered left them",
+                "loaderdoctor guard: state loaded: the next iter() resumes epoch %d after %s, the streams of "
+                "workers %s where their last batch delivered left them",
                 epoch,
-                self._position,
+                plural(self._position, "batch"),
                 ", ".join(map(str, sorted(states))) or "none",
             )
 
@@ -352,30 +353,39 @@ class GuardedLoader:
             )
         )
 
+    def _blocker(self) -> str | None:
+        """Why workers that do not fork could not load this loader (cached); None when they could."""
+        if not self._blocker_known:
+            self._blocker_known = True
+            self._blocker_text = forkserver_blocker(self._spec)
+            if self._blocker_text is not None:
+                log.warning("loaderdoctor guard: only forked workers can load this loader: %s", self._blocker_text)
+        return self._blocker_text
+
     def _picklable(self) -> bool:
-        """Whether the dataset and its functions can be sent to workers that do not fork (cached)."""
-        if self._picklable_result is None:
-            try:
-                pickled_bytes(self._spec, "forkserver")
-                self._picklable_result = True
-            except UsageError as error:
-                log.warning("loaderdoctor guard: only forked workers can receive this loader's dataset: %s", error)
-                self._picklable_result = False
-        return self._picklable_result
+        """Whether workers started with forkserver or spawn can load the dataset and its functions."""
+        return self._blocker() is None
 
     def _safe_start(self) -> None:
-        """Before workers start: forkserver instead of fork when forking now could hang them."""
-        facts = iterator_facts(self._epoch, self.settings.effective_start_method)
-        change = start_method_change(self.settings, facts, explicit=self._explicit_start)
+        """Before workers start: forkserver instead of fork when what runs now could hang forked workers."""
+        if self.settings.effective_start_method != "fork":
+            return
+        hazards = ForkHazards.of([iterator_facts(self._epoch, "fork")])
+        if not hazards:
+            return
+        blocker = None if self._explicit_start else self._blocker()
+        change = start_method_change(self.settings, hazards, explicit=self._explicit_start, blocker=blocker)
         if change is None:
             return
         if change.kept:
             if not self._warned_fork:
                 self._warned_fork = True
-                warnings.warn(change.reason, LoaderDoctorWarning, stacklevel=5)  # the user's for/iter() line
+                if self._explicit_start:
+                    warnings.warn(change.reason, LoaderDoctorWarning, stacklevel=5)  # the user's for/iter() line
+                else:
+                    log.warning("loaderdoctor guard: %s", change.reason)
             return
-        if self._picklable():
-            self._apply(change)
+        self._apply(change)
 
     def _build(self, settings: Settings) -> Inner:
         spec = self._spec
@@ -690,7 +700,7 @@ class GuardedLoader:
         self._escalated = self._escalated or escalated
         self.restarts += 1
         self.settings = rung
-        how = f"with {describe(rung)} (was {describe(failed)})" if rung != failed else f"again with {describe(rung)}"
+        how = f"with {rung.describe()} (was {failed.describe()})" if rung != failed else f"again with {rung.describe()}"
         detail: dict[str, Any] = {
             "reason": kind,
             "restart": self.restarts,
@@ -757,10 +767,11 @@ class GuardedLoader:
 
     def _gave_up(self, kind: str, error: BaseException | None) -> LoaderDoctorError:
         what = "a stall" if kind == "stall" else "a worker died"
-        tried = " -> ".join(describe(s) for s in self.tried) or describe(self.settings)
+        tried = " -> ".join(s.describe() for s in self.tried) or self.settings.describe()
         message = (
             f"the guarded DataLoader gave up at epoch {self._epoch}, {self._at()}: "
-            f"{what}, after {self.restarts} restart(s) (max_restarts={self.max_restarts}). Settings tried: {tried}."
+            f"{what}, after {plural(self.restarts, 'restart')} (max_restarts={self.max_restarts}). "
+            f"Settings tried: {tried}."
         )
         if self.restarts < self.max_restarts:
             if self._escalated:

@@ -112,7 +112,10 @@ def _checked(options: dict[str, Any]) -> Mapping[str, Any]:
     known = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise UsageError(f"unknown guard option(s) for patch(): {', '.join(unknown)}", hint=f"use {', '.join(known)}")
+        options_word = "option" if len(unknown) == 1 else "options"
+        raise UsageError(
+            f"unknown guard {options_word} for patch(): {', '.join(unknown)}", hint=f"use {', '.join(known)}"
+        )
     GuardedLoader(TorchDataLoader([0]), **options).close()  # the guard's own checks of the values
     return types.MappingProxyType(dict(options))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.forksafety import ForkHazards
 from loaderdoctor.settings import Settings
 
 
@@ -37,37 +37,35 @@ def persistent_workers_change(settings: Settings, *, explicit: bool) -> SettingC
     )
 
 
-def fork_hazards(facts: IteratorFacts) -> list[str]:
-    """Why forking workers now could hang them: state of the parent that fork copies half-way."""
-    hazards = []
-    if facts.threads:
-        names = ", ".join(facts.threads[:5]) + (", ..." if len(facts.threads) > 5 else "")
-        hazards.append(f"{len(facts.threads)} other thread(s) alive in this process ({names})")
-    if facts.cuda_initialized:
-        hazards.append("CUDA is initialised")
-    if facts.inductor_loaded:
-        hazards.append("torch.compile's inductor is loaded (it runs compile threads)")
-    return hazards
-
-
-def start_method_change(settings: Settings, facts: IteratorFacts, *, explicit: bool) -> SettingChange | None:
-    """forkserver instead of fork when the parent holds state that a forked worker could hang on."""
-    if settings.effective_start_method != "fork":
-        return None
-    hazards = fork_hazards(facts)
-    if not hazards:
+def start_method_change(
+    settings: Settings, hazards: ForkHazards, *, explicit: bool, blocker: str | None
+) -> SettingChange | None:
+    """forkserver instead of fork when what runs in the parent (threads, CUDA, compiling) could hang a forked
+    worker; fork kept, with the reason, when the user chose it or forkserver cannot load this loader
+    (`blocker` says why)."""
+    if settings.effective_start_method != "fork" or not hazards:
         return None
     why = (
-        "fork is unsafe now: "
-        + "; ".join(hazards)
-        + ". A forked worker inherits every lock those hold, without the thread that would release it"
+        f"fork is risky now: {hazards.describe()}. A forked worker inherits every lock those hold, without the "
+        "thread that would release it"
     )
+    remedy = hazards.remedy()
     if explicit:
         return SettingChange(
             "start_method",
             "fork",
             "fork",
             why + "; multiprocessing_context='fork' was chosen explicitly, so it is kept: use 'forkserver'",
+            kept=True,
+        )
+    if blocker is not None:
+        return SettingChange(
+            "start_method",
+            "fork",
+            "fork",
+            why
+            + f"; fork is kept because forkserver cannot work for this loader: {blocker}"
+            + (f". Meanwhile {remedy}" if remedy else ""),
             kept=True,
         )
     return SettingChange(

@@ -10,6 +10,7 @@ import torch
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.plan import plan_generators
 from loaderdoctor.guard.streams import stream_count
+from loaderdoctor.words import plural
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -174,7 +175,7 @@ def checked_stream_state(state: Any, loader: DataLoader, num_workers: int) -> di
         )
     if stream_count(num_workers) != streams:
         raise UsageError(
-            f"the state holds {streams} stream(s), saved with num_workers={saved_workers}; this loader has "
+            f"the state holds {plural(streams, 'stream')}, saved with num_workers={saved_workers}; this loader has "
             f"num_workers={num_workers}: an IterableDataset's workers each iterate their own stream, whose saved "
             "states resume on as many workers only (0 and 1 are both one stream)",
             hint="build the loader with the num_workers the state was saved with",

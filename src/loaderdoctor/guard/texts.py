@@ -3,15 +3,6 @@
 from __future__ import annotations
 
 from loaderdoctor.recording import WorkerStack
-from loaderdoctor.settings import Settings
-
-
-def describe(settings: Settings) -> str:
-    """Settings in a few words, as the guard's messages name them."""
-    if settings.num_workers == 0:
-        return "num_workers=0 (loading in the main process)"
-    persistent = ", persistent" if settings.persistent_workers else ""
-    return f"num_workers={settings.num_workers}, {settings.effective_start_method}{persistent}"
 
 
 def stuck_text(stacks: list[WorkerStack]) -> str:

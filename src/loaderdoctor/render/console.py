@@ -10,9 +10,10 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from loaderdoctor.recording import Recording, measurements
-from loaderdoctor.report import Finding, LoaderReport, Report, Verification
+from loaderdoctor.recording import Recording
+from loaderdoctor.report import Finding, LoaderReport, Report, Verification, measurements
 from loaderdoctor.settings import Settings
+from loaderdoctor.words import plural
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"critical": "✖", "warning": "▲", "info": "●"}
@@ -41,32 +42,26 @@ def _loader(lr: LoaderReport) -> Group:
     return Group(*parts)
 
 
-def _describe_settings(settings: Settings, start_method: str | None) -> str:
-    if settings.num_workers == 0:
-        return "num_workers=0 (loading runs in the training process)"
-    text = f"num_workers={settings.num_workers}, persistent_workers={settings.persistent_workers}"
-    text += f", prefetch_factor={settings.prefetch_factor or 2}, start method {start_method}"
-    if settings.pin_memory:
-        text += ", pin_memory=True"
-    if settings.worker_threads:
-        text += f", {settings.worker_threads} thread(s) per worker"
-    return text
-
-
 def _measured(rec: Recording) -> Table:
     m = measurements(rec)
     table = Table.grid(padding=(0, 2))
     table.add_column(style="dim", justify="right")
     table.add_column()
     size = f"{rec.dataset_len} samples, " if rec.dataset_len is not None else ""
-    per_epoch = f" ({rec.batches_per_epoch} batches per epoch)" if rec.batches_per_epoch else ""
+    per_epoch = f" ({plural(rec.batches_per_epoch, 'batch')} per epoch)" if rec.batches_per_epoch else ""
     table.add_row("dataset", f"{rec.dataset}: {size}batch size {rec.batch_size}{per_epoch}")
-    table.add_row("settings", _describe_settings(rec.settings, rec.start_method))
-    run = f"{m['epochs']} epoch(s), {m['batches']} batches in {m['wall_s']:.1f} s"
-    run += f": {m['batches_per_s']:.1f} batches/s, {m['samples_per_s']:.0f} samples/s"
+    table.add_row("settings", rec.settings.describe())
+    run = f"{plural(m['epochs'], 'epoch')}, {plural(m['batches'], 'batch')} in {m['wall_s']:.1f} s"
+    if m["batches_per_s"] is not None:
+        run += f": {m['batches_per_s']:.1f} batches/s, {m['samples_per_s']:.0f} samples/s"
+    else:
+        run += ": too few batches after start-up to measure a rate"
     if rec.outcome != "completed":
         run += f"  [bold red]({rec.outcome})[/]"
     table.add_row("measured", run)
+    busy = _busy_host(m["other_processes_cores"], rec.host.usable_cores, rec.other_processes)
+    if busy:
+        table.add_row("machine", busy)
     if m["wait_fraction"] is not None:
         table.add_row(
             "waiting",
@@ -80,7 +75,7 @@ def _measured(rec: Recording) -> Table:
     if m["worker_uss_mb_max"] is not None:
         table.add_row("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each")
     if m["sample_errors"]:
-        table.add_row("errors", f"{m['sample_errors']} batch(es) failed while loading")
+        table.add_row("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading")
     return table
 
 
@@ -116,20 +111,61 @@ def _changed(before: Settings, after: Settings) -> str:
     return ", ".join(f"{k}={new[k]!r}" for k in new if new[k] != old[k])
 
 
+# How each verdict on a fix is headed (see report.VERDICTS).
+_VERDICT_HEAD = {
+    "faster": ("✔ verified fix  ", "bold green"),
+    "quicker-start": ("✔ verified fix  ", "bold green"),
+    "as-fast": ("✔ verified fix  ", "bold green"),
+    "rescued": ("✔ verified fix  ", "bold green"),
+    "no-gain": ("≈ no measurable gain  ", "bold yellow"),
+    "slower": ("✘ not a fix  ", "bold yellow"),
+    "failed": ("✘ not a fix  ", "bold yellow"),
+    "other-data": ("✘ not compared  ", "bold yellow"),
+    "not-measured": ("? not measured  ", "bold yellow"),
+}
+# Other processes that took at least this many cores while loaderdoctor measured are worth saying.
+_BUSY_CORES = 0.25
+
+
+def _busy_host(cores: float | None, usable: float, others: list[Any]) -> str | None:
+    """Other processes' load in words, with the busiest by pid; None when the machine was quiet."""
+    if cores is None or cores < _BUSY_CORES:
+        return None
+    text = f"other processes took {cores:.1f} of the {usable:g} usable cores while this was measured"
+    if others:
+        text += ": " + ", ".join(f"pid {p.pid} ({p.cmdline[:40]}, {p.cores:.1f} cores)" for p in others[:3])
+    return text
+
+
 def _verification(before_settings: Settings, v: Verification) -> Group:
     change = _changed(before_settings, v.settings)
+    head, style = _VERDICT_HEAD[v.verdict]
+    colour = "green" if v.helped else "yellow"
+    lines: list[Any] = [Text.assemble(("\n" + head, style), change)]
+    if v.verdict == "rescued":
+        figures = f"{v.before_outcome} → {v.after:.1f} batches/s: "
+    elif v.verdict in ("not-measured", "failed", "other-data"):
+        figures = ""
+    else:
+        figures = f"{v.before:.1f} → {v.after:.1f} batches/s: "
+    lines.append(Padding(Text(figures + v.note, style=colour), (0, 0, 0, 4)))
+    if v.before_startup_s is not None and v.after_startup_s is not None and v.verdict != "quicker-start":
+        lines.append(
+            Padding(
+                Text(
+                    f"start-up {v.before_startup_s:.2f} s → {v.after_startup_s:.2f} s, once per run (not in the rates)",
+                    style="dim",
+                ),
+                (0, 0, 0, 4),
+            )
+        )
+    usable = v.after_recording.host.usable_cores if v.after_recording is not None else 0.0
+    busy = _busy_host(v.other_cores, usable, v.other_processes)
+    if busy:
+        lines.append(Padding(Text(busy.replace("this was", "these were"), style="dim"), (0, 0, 0, 4)))
     if v.helped:
-        title = Text.assemble(("\n✔ verified fix  ", "bold green"), change)
-        figures = f"{v.before:.1f} → {v.after:.1f} batches/s"
-        lines: list[Any] = [
-            title,
-            Padding(Text(f"{figures}: {v.note}", style="green"), (0, 0, 0, 4)),
-            Padding(code_block(v.settings.snippet()), (0, 0, 0, 4)),
-        ]
-        return Group(*lines)
-    title = Text.assemble(("\n✘ not a fix  ", "bold yellow"), change)
-    figures = f"{v.before:.1f} → {v.after:.1f} batches/s: {v.note}"
-    return Group(title, Padding(Text(figures, style="yellow"), (0, 0, 0, 4)))
+        lines.append(Padding(code_block(v.settings.snippet()), (0, 0, 0, 4)))
+    return Group(*lines)
 
 
 def code_block(snippet: str) -> Syntax:

@@ -9,8 +9,8 @@ from rich.text import Text
 
 from loaderdoctor.render.console import code_block
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
-from loaderdoctor.tune.space import label
 from loaderdoctor.tune.trial import Trial
+from loaderdoctor.words import plural
 
 _VERDICT_STYLE = {"stalled": "bold red", "crashed": "bold red", "other-data": "bold red", "over-memory": "yellow"}
 
@@ -28,23 +28,28 @@ def _loader(tuning: LoaderTuning) -> Group:
     memory_gb = limits.memory_bytes / 2**30
     step = "no training step" if tuning.step_ms is None else f"a training step of {tuning.step_ms:.0f} ms"
     context = Text(
-        f"  {len(tuning.trials)} trials in {tuning.seconds:.0f} s, {step}; limits: {limits.cores:g} cores, "
-        f"{memory_gb:.1f} GB of memory, at most {limits.max_workers} workers"
+        f"  {plural(len(tuning.trials), 'trial')} in {tuning.seconds:.0f} s, {step}; limits: {limits.cores:g} "
+        f"cores, {memory_gb:.1f} GB of memory, at most {plural(limits.max_workers, 'worker')}"
         + ("; the time budget ended the search" if tuning.stopped == "budget" else ""),
         style="dim",
     )
-    return Group(Text(f"loader '{tuning.name}'", style="bold underline"), context, _table(tuning), _choice(tuning))
+    parts = [Text(f"loader '{tuning.name}'", style="bold underline"), context, _table(tuning)]
+    parts.extend(_notes(tuning))
+    parts.append(_choice(tuning))
+    return Group(*parts)
 
 
 def _table(tuning: LoaderTuning) -> Table:
+    """One row per trial, narrow enough for 80 columns: the settings wrap, the figures and verdicts do not, and
+    the trials' notes follow the table on lines of their own."""
     table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
-    table.add_column("#", justify="right")
-    table.add_column("settings", no_wrap=True)
-    table.add_column("batches/s", justify="right")
-    table.add_column("vs baseline", justify="right", no_wrap=True)
-    table.add_column("memory", justify="right")
-    table.add_column("runs", justify="right")
-    table.add_column("verdict")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("settings", ratio=1, min_width=16)
+    table.add_column("batches/s", justify="right", no_wrap=True)
+    table.add_column("speedup", justify="right", no_wrap=True)
+    table.add_column("memory", justify="right", no_wrap=True)
+    table.add_column("runs", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
     before = tuning.baseline.batches_per_s
     for trial in tuning.trials:
         chosen = trial is tuning.chosen
@@ -52,7 +57,7 @@ def _table(tuning: LoaderTuning) -> Table:
         memory = "" if trial.memory_bytes is None else f"{trial.memory_bytes / 2**20:.0f} MB"
         table.add_row(
             str(trial.number),
-            label(trial.settings) + (" (baseline)" if trial is tuning.baseline else ""),
+            trial.settings.describe() + (" (baseline)" if trial is tuning.baseline else ""),
             f"{trial.batches_per_s:.1f}" if trial.runs else "",
             ratio,
             memory,
@@ -67,10 +72,16 @@ def _verdict(trial: Trial, tuning: LoaderTuning) -> Text:
     words = "chosen" if trial is tuning.chosen else trial.verdict
     if trial.keeps_up:
         words += ", keeps up"
-    text = Text(words, style=_VERDICT_STYLE.get(trial.verdict, ""))
-    if trial.note:
-        text.append(f": {trial.note}", style="dim")
-    return text
+    return Text(words, style=_VERDICT_STYLE.get(trial.verdict, ""))
+
+
+def _notes(tuning: LoaderTuning) -> list[Text]:
+    """What the table's verdicts rest on, one line (wrapped as needed) per trial that has a note."""
+    return [
+        Text.assemble((f"  #{trial.number} {trial.verdict}: ", "dim bold"), (trial.note, "dim"))
+        for trial in tuning.trials
+        if trial.note
+    ]
 
 
 def _choice(tuning: LoaderTuning) -> Group:
@@ -91,5 +102,7 @@ def _choice(tuning: LoaderTuning) -> Group:
     why = f"{baseline.batches_per_s:.1f} -> {chosen.batches_per_s:.1f} batches/s, medians of the runs"
     if tuning.step_ms is not None and chosen.keeps_up:
         why += f"; the cheapest settings found that keep up with the {tuning.step_ms:.0f} ms step"
-    headline = Text.assemble(("  Chosen: ", "bold"), (label(chosen.settings), "bold green"), (f":{gain} ({why})", ""))
+    headline = Text.assemble(
+        ("  Chosen: ", "bold"), (chosen.settings.describe(), "bold green"), (f":{gain} ({why})", "")
+    )
     return Group(headline, Padding(code_block(chosen.settings.snippet()), (0, 0, 0, 4)))

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from loaderdoctor.recording import Recording
 from loaderdoctor.report import SEVERITIES, Finding
-from loaderdoctor.rules.data import sample_errors
+from loaderdoctor.rules.data import duplicate_samples, sample_errors
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
 from loaderdoctor.rules.memory import memory_growth, pin_memory
 from loaderdoctor.rules.safety import fork_unsafe, stall
@@ -18,6 +18,7 @@ RULES: tuple[Rule, ...] = (
     stall,
     fork_unsafe,
     sample_errors,
+    duplicate_samples,
     worker_respawn,
     slow_start,
     cpu_oversubscription,

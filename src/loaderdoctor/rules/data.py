@@ -1,4 +1,4 @@
-"""Rules about the samples themselves: those that raise while loading."""
+"""Rules about the samples themselves: those that raise while loading, and those that come more than once."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
 
 SHOWN_INDICES = 20
+# Workers repeat one stream when at least this share of the samples seen are copies of others (with 2 workers
+# each reading the whole stream, half of them are).
+REPEATED_SHARE = 0.25
 MESSAGE_CHARS = 200
 
 
@@ -50,6 +53,63 @@ def sample_errors(rec: Recording) -> Finding | None:
             "lost): repair these samples, or leave them out of the dataset."
         ),
         snippet=_subset_snippet(indices) if indices else None,
+        settings_change={},
+        impact=1.0,
+    )
+
+
+SPLIT_STREAM_SNIPPET = """\
+import itertools
+from torch.utils.data import IterableDataset, get_worker_info
+
+class MyStream(IterableDataset):
+    def __iter__(self):
+        info = get_worker_info()
+        if info is None:  # no workers: the main process reads everything
+            return iter(self.read_all())
+        # each worker reads its own share: shards by worker id (or every num_workers-th item of one stream)
+        shards = self.shards[info.id :: info.num_workers]
+        return itertools.chain.from_iterable(self.read(shard) for shard in shards)"""
+
+
+def duplicate_samples(rec: Recording) -> Finding | None:
+    """The workers of an IterableDataset deliver the same samples: the stream is not split across them, so
+    each one reads all of it and every sample comes once per worker."""
+    workers = rec.settings.num_workers
+    if not rec.iterable or workers < 2:
+        return None
+    tallied = [e for e in rec.epochs if e.samples_fingerprinted and e.typical_copies is not None]
+    seen = sum(e.samples_fingerprinted for e in tallied)
+    distinct = sum(e.distinct_samples or 0 for e in tallied)
+    copies = max((e.typical_copies or 1 for e in tallied), default=1)
+    repeated = copies == workers and seen > 0 and distinct <= seen * (1 - REPEATED_SHARE)
+    expected = rec.batches_per_epoch
+    exhausted = [e.batches for e in rec.epochs if e.ended == "exhausted"]
+    too_long = expected is not None and any(n >= workers * expected for n in exhausted)
+    if not (repeated or too_long):
+        return None
+    evidence: dict[str, object] = {"num_workers": workers, "samples_seen": seen, "distinct_samples": distinct}
+    if repeated:
+        evidence["copies_of_each_sample"] = copies
+    if exhausted:
+        evidence["epoch_batches"] = max(exhausted)
+        evidence["expected_batches"] = expected
+    title = (
+        f"Each of the {workers} workers delivers the same samples: every sample comes {copies} times an epoch"
+        if repeated
+        else f"An epoch held {max(exhausted)} batches where the loader's length is {expected}: each worker repeats it"
+    )
+    return Finding(
+        rule="duplicate-samples",
+        severity="critical",
+        title=title,
+        evidence=evidence,
+        fix=(
+            "The IterableDataset does not split its stream across workers, so each worker reads all of it: "
+            "training sees every sample once per worker, and the loader's rate counts the copies. In __iter__, "
+            "give each worker its share by torch.utils.data.get_worker_info() (id and num_workers)."
+        ),
+        snippet=SPLIT_STREAM_SNIPPET,
         settings_change={},
         impact=1.0,
     )

@@ -5,24 +5,26 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from loaderdoctor.recording import Recording, loading_cpu_share, mean_batch_bytes, wait_fraction
+from loaderdoctor.recording import Recording, mean_batch_bytes, wait_fraction
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     CRITICAL_TIME_SHARE,
     DEFAULT_PREFETCH_FACTOR,
     POOLED_THREADS_PER_WORKER,
-    is_io_bound,
     mb,
     percent,
     rounded,
     settings_snippet,
     threads_per_worker,
 )
+from loaderdoctor.usage import loading_cpu
+from loaderdoctor.words import plural
 
+# Thread pools this many times the cores compete whatever else is measured.
 MAX_THREADS_PER_CORE = 4
-MAX_WORKERS_PER_CORE = 2
-# Without a training step there is no wait to show the cost; workers each busy this many cores show it.
-CONTENDED_CPU_SHARE = 1.5
+# The usable cores count as saturated when loading, the training process and other processes together keep
+# this share of them busy: then workers (or their threads) beyond the cores only take turns on them.
+SATURATED_SHARE = 0.85
 
 FD_WARNING_SHARE = 0.8
 # Tensors per batch (e.g. inputs and labels) each hold a descriptor under the file_descriptor strategy;
@@ -55,46 +57,45 @@ def _core_limits(rec: Recording) -> str:
 
 
 def cpu_oversubscription(rec: Recording) -> Finding | None:
-    """More loading threads or workers than the usable cores can run, so they slow each other down."""
+    """More loading threads or workers than the usable cores can run while the cores are saturated, so they
+    slow each other down and cost memory for nothing."""
     workers = rec.settings.num_workers
-    if workers == 0:
+    if workers == 0 or rec.settings.backend != "process":
         return None
     cores = rec.host.usable_cores
     threads = threads_per_worker(rec)
-    cpu_share = loading_cpu_share(rec)
-    too_many_threads = (
-        threads is not None
-        and threads >= POOLED_THREADS_PER_WORKER
-        and workers * threads > MAX_THREADS_PER_CORE * cores
-    )
-    # Workers that mostly wait on I/O do not compete for cores, so many of them are fine.
-    too_many_workers = workers > MAX_WORKERS_PER_CORE * cores and not is_io_bound(cpu_share)
-    if not (too_many_threads or too_many_workers):
+    pooled = threads is not None and threads >= POOLED_THREADS_PER_WORKER
+    compute_threads = workers * (threads if pooled and threads is not None else 1)
+    cpu = loading_cpu(rec)
+    saturated = cpu is not None and cpu.machine_share >= SATURATED_SHARE
+    # Pools far beyond the cores compete even where the measurement could not tell how busy the cores were.
+    huge_pools = pooled and compute_threads > MAX_THREADS_PER_CORE * cores
+    if compute_threads <= cores or not (saturated or huge_pools):
         return None
     fraction = wait_fraction(rec)
-    if fraction is not None:
-        critical = fraction > CRITICAL_TIME_SHARE
-    else:
-        critical = cpu_share is not None and cpu_share > CONTENDED_CPU_SHARE
     change: dict[str, Any] = {}
     advice = []
-    if too_many_threads:
+    if pooled:
         change["worker_threads"] = 1
         advice.append(
             "limit each worker to one thread in worker_init_fn (torch.set_num_threads(1), "
             "cv2.setNumThreads(0)): libraries start a thread pool per core in every worker"
         )
-    if too_many_workers:
+    if workers > cores:
         change["num_workers"] = max(1, int(cores))
-        advice.append(f"use {change['num_workers']} workers, one per usable core")
+        advice.append(
+            f"use {plural(change['num_workers'], 'worker')}, one per usable core: CPU-bound workers beyond the "
+            "cores only take turns on them"
+        )
     title = (
-        f"{workers} workers × {threads} threads compete for {cores:g} usable cores"
-        if too_many_threads
-        else f"{workers} workers compete for {cores:g} usable cores"
+        f"{plural(workers, 'worker')} × {threads} threads compete for {cores:g} usable cores"
+        if pooled
+        else f"{plural(workers, 'worker')} compete for {cores:g} usable cores"
     )
+    busy = "" if cpu is None else f", which were {percent(min(cpu.machine_share, 1.0))} busy"
     return Finding(
         rule="cpu-oversubscription",
-        severity="critical" if critical else "warning",
+        severity="critical" if fraction is not None and fraction > CRITICAL_TIME_SHARE else "warning",
         title=title,
         evidence={
             "num_workers": workers,
@@ -102,10 +103,11 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
             "usable_cores": cores,
             "affinity_cores": rec.host.affinity_cores,
             "cgroup_cpu_quota": rec.host.cgroup_cpu_quota,
+            "cores_busy_share": None if cpu is None else round(cpu.machine_share, 3),
+            "loading_cores": None if cpu is None else round(cpu.cores, 2),
             "wait_fraction": rounded(fraction, 3),
-            "loading_cpu_share": rounded(cpu_share, 3),
         },
-        fix=f"Loading runs more threads than the cores can serve{_core_limits(rec)}: " + "; ".join(advice) + ".",
+        fix=f"Loading runs more threads than the cores can serve{_core_limits(rec)}{busy}: " + "; ".join(advice) + ".",
         snippet=settings_snippet(rec, change),
         settings_change=change,
         impact=fraction or 0.0,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import statistics
 
-from loaderdoctor.recording import Recording, WorkerSample, mean_batch_bytes, worker_growth
+from loaderdoctor.recording import Recording, WorkerSample, mean_batch_bytes
 from loaderdoctor.report import Finding
-from loaderdoctor.rules._common import MIB, mb, samples_by_worker, settings_snippet
+from loaderdoctor.rules._common import MIB, mb, settings_snippet
+from loaderdoctor.usage import worker_growth, worker_samples_after_startup
 
 GROWTH_WARNING_BYTES = 64 * MIB
 GROWTH_CRITICAL_BYTES = 256 * MIB
@@ -15,6 +16,16 @@ GROWTH_CRITICAL_BYTES = 256 * MIB
 STILL_RISING_SHARE = 0.1
 # Pinning pays off when copies to the accelerator are big enough to overlap with compute.
 PIN_WORTHWHILE_BATCH_BYTES = 1 * MIB
+
+BOUNDED_CACHE_SNIPPET = """\
+import functools
+
+class MyDataset(torch.utils.data.Dataset):
+    @functools.lru_cache(maxsize=1024)  # a bound: an unbounded dict cache grows in every worker
+    def load(self, path):
+        ...
+
+    # and nothing appended per sample to lists or dicts kept on the dataset"""
 
 COMPACT_STORAGE_SNIPPET = """\
 # A list of str is copied page by page into every worker that reads it (copy-on-read):
@@ -53,16 +64,29 @@ def memory_growth(rec: Recording) -> Finding | None:
     growth_bytes = statistics.median(last - first for first, last, _ in growth.values())
     if growth_bytes < GROWTH_WARNING_BYTES:
         return None
-    rising = [r for r in map(_still_rising, samples_by_worker(rec).values()) if r is not None]
+    rising = [r for r in map(_still_rising, worker_samples_after_startup(rec).values()) if r is not None]
     # A worker that grew and then levelled off (a cache filled once) is not a leak.
     if not rising or sum(rising) * 2 < len(rising):
         return None
     seconds = statistics.median(s for _, _, s in growth.values())
     growth_mb = mb(growth_bytes)
+    forked = rec.start_method == "fork"
+    if forked:
+        fix = (
+            "Forked workers copy every Python object they touch (copy-on-read, pytorch#13246), and caches that "
+            "never stop growing add to it: keep per-sample lists and dicts in numpy arrays or one buffer plus "
+            "offsets, and bound caches (functools.lru_cache(maxsize=...))."
+        )
+    else:
+        fix = (
+            f"Workers started with {rec.start_method} hold their own copy of the dataset from the start, so "
+            "this growth is the workers' own doing after their first batch: a cache or a list that grows with "
+            "every sample. Bound caches (functools.lru_cache(maxsize=...)) and keep nothing per sample."
+        )
     return Finding(
         rule="memory-growth",
         severity="critical" if growth_bytes >= GROWTH_CRITICAL_BYTES else "warning",
-        title=f"Each worker's memory grew by {growth_mb:g} MB in {seconds:.0f} s and is still growing",
+        title=f"Each worker's memory grew by {growth_mb:g} MB in {seconds:.0f} s after start-up and is still growing",
         evidence={
             "workers": len(growth),
             "uss_start_mb": mb(statistics.median(first for first, _, _ in growth.values())),
@@ -70,13 +94,10 @@ def memory_growth(rec: Recording) -> Finding | None:
             "growth_mb_per_worker": growth_mb,
             "growth_mb_per_min": round(growth_bytes / MIB / seconds * 60, 1) if seconds > 0 else None,
             "seconds": round(seconds, 1),
+            "start_method": rec.start_method,
         },
-        fix=(
-            "Workers copy every Python object they touch after fork (copy-on-read, pytorch#13246), and caches "
-            "that never stop growing add to it: keep per-sample lists and dicts in numpy arrays or one buffer "
-            "plus offsets, and bound caches (functools.lru_cache(maxsize=...))."
-        ),
-        snippet=COMPACT_STORAGE_SNIPPET,
+        fix=fix,
+        snippet=COMPACT_STORAGE_SNIPPET if forked else BOUNDED_CACHE_SNIPPET,
         settings_change={},
         # It costs memory, not time; the size only ranks it among other findings.
         impact=min(1.0, growth_bytes / (1024 * MIB)),

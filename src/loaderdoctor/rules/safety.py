@@ -2,44 +2,63 @@
 
 from __future__ import annotations
 
+from loaderdoctor.forksafety import recorded_hazards
 from loaderdoctor.recording import Recording, WorkerStack
 from loaderdoctor.report import Finding
-from loaderdoctor.rules._common import fork_hazards, settings_snippet, workers_run_pools
+from loaderdoctor.rules._common import settings_snippet, workers_run_pools
 
 SAFE_START_CHANGE = {"start_method": "forkserver", "persistent_workers": True}
 
 
 def fork_unsafe(rec: Recording) -> Finding | None:
-    """Workers are forked while threads, CUDA or inductor run in the parent: a hang waiting to happen."""
+    """Workers are forked while threads run, CUDA is initialised or torch.compile works in the parent: a hang
+    waiting to happen. Importing a module is no hazard; what runs at fork is."""
     if rec.settings.num_workers == 0 or rec.start_method != "fork":
         return None
-    hazards = fork_hazards(rec)
+    hazards = recorded_hazards(rec)
     # The risk is shown by the evidence alone; a stall or a dead worker shows it happened.
     happened = (rec.stall is not None and rec.stall.hung) or bool(rec.worker_deaths)
     if not hazards.explain(happened, workers_run_pools(rec)):
         return None
     title = f"Workers are forked while {hazards.describe()}"
     title += ", and the loader failed" if happened else ": a forked worker can hang on a copied lock"
+    why = (
+        "A forked worker inherits every lock the parent's other threads hold, but not the threads that would "
+        "release them."
+    )
+    remedy = hazards.remedy()
+    blocker = rec.forkserver_blocker
+    if blocker is None:
+        change: dict[str, object] = dict(SAFE_START_CHANGE)
+        fix = f"{why} Start workers with forkserver (or spawn) and keep them persistent" + (
+            f", or {remedy}." if remedy else "."
+        )
+    else:
+        # A prescription must never be a setting that fails: keep fork, and say what would make it safe.
+        change = {}
+        fix = (
+            f"{why} forkserver cannot work for this loader yet: {blocker}. Until then keep fork"
+            + (f" and {remedy}" if remedy else "")
+            + "; once that is changed, use multiprocessing_context='forkserver' with persistent workers."
+        )
     return Finding(
         rule="fork-unsafe",
         severity="critical" if happened else "warning",
         title=title,
         evidence={
-            "threads": hazards.threads,
+            "threads": [t.describe() for t in hazards.threads],
             "cuda_initialized": hazards.cuda_initialized,
-            "inductor_loaded": hazards.inductor_loaded,
+            "compiled_frames": hazards.compiled_frames,
+            "compile_workers": hazards.compile_workers,
             "native_threads": hazards.native_threads,
             "start_method": rec.start_method,
+            "forkserver_blocker": blocker,
             "stalled": rec.stall is not None,
             "worker_deaths": len(rec.worker_deaths),
         },
-        fix=(
-            "A forked worker inherits locks held by the parent's other threads but not the threads that "
-            "would release them. Start workers with forkserver (or spawn) and keep them persistent, or "
-            "create the loaders before starting threads or CUDA."
-        ),
-        snippet=settings_snippet(rec, SAFE_START_CHANGE),
-        settings_change=dict(SAFE_START_CHANGE),
+        fix=fix,
+        snippet=settings_snippet(rec, change),
+        settings_change=change,
         impact=1.0 if happened else 0.0,
     )
 
@@ -56,12 +75,9 @@ def stall(rec: Recording) -> Finding | None:
         return None
     stalled = rec.stall
     stuck_frames = [f for f in (_stuck_frame(s) for s in stalled.stacks) if f is not None]
-    hazards = fork_hazards(rec)
+    hazards = recorded_hazards(rec)
     if hazards.explain(True, workers_run_pools(rec)) and rec.start_method == "fork":
-        fix = (
-            f"Workers were forked while {hazards.describe()}, the known cause of this hang (see fork-unsafe): "
-            "start them with forkserver or spawn."
-        )
+        fix = f"Workers were forked while {hazards.describe()}, the known cause of this hang (see fork-unsafe)."
     elif stuck_frames:
         fix = f"Look at where loading is stuck ({stuck_frames[0]}) and make it return."
     else:

@@ -7,14 +7,15 @@ import math
 import statistics
 from typing import Any
 
-from loaderdoctor.recording import Recording, loading_cpu_share, startup_s, wait_fraction
+from loaderdoctor.forksafety import recorded_hazards
+from loaderdoctor.recording import Recording, startup_s, wait_fraction
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
+    COMPUTING_SHARE,
     CRITICAL_TIME_SHARE,
     MIB,
+    WAITING_SHARE,
     WARNING_TIME_SHARE,
-    fork_hazards,
-    is_io_bound,
     mb,
     percent,
     rounded,
@@ -23,6 +24,8 @@ from loaderdoctor.rules._common import (
     steady_interval_s,
     time_cost_severity,
 )
+from loaderdoctor.usage import LoadingCpu, loading_cpu
+from loaderdoctor.words import plural
 
 # Workers that wait on I/O: more of them than cores helps, up to a point where memory and open files cost
 # more than the extra reads in flight gain.
@@ -57,65 +60,92 @@ class MyDataset(torch.utils.data.Dataset):
         return self._data[index]"""
 
 
-def _io_workers(workers: int, cores: float, fraction: float, cpu_share: float | None) -> int:
-    """Workers enough to keep up with the step when loading waits on I/O: batches now come at step/(1 - wait
-    fraction), so that many times the batches must be in flight (with a quarter's headroom), as long as their
-    CPU share still fits the cores."""
-    needed = math.ceil(round(max(workers, 1) / (1.0 - fraction) * IO_HEADROOM, 6)) if fraction < 1 else MAX_IO_WORKERS
-    suggested = max(needed, 2 * int(cores), 4)
-    if cpu_share:
-        suggested = min(suggested, max(int(cores / cpu_share), 1))
+def _workers_to_fill(workers: int, fraction: float, cpu: LoadingCpu) -> int:
+    """Workers enough to keep up with the step when loading waits more than it computes: batches now come at
+    step/(1 - wait fraction), so that many times the loaders must be in flight (with a quarter's headroom),
+    as long as their CPU together still fits the cores available."""
+    loaders = max(workers, 1)
+    needed = math.ceil(round(loaders / (1.0 - fraction) * IO_HEADROOM, 6)) if fraction < 1 else MAX_IO_WORKERS
+    suggested = max(needed, 2 * round(cpu.available_cores), 4)
+    if cpu.per_loader > 0:
+        suggested = min(suggested, max(math.floor(cpu.available_cores / cpu.per_loader + 1e-9), 1))
     return min(MAX_IO_WORKERS, suggested)
 
 
+def _cpu_words(cpu: LoadingCpu, workers: int) -> str:
+    """What loading's CPU was, in the numbers that decide the fix: 'its 4 workers kept 1.9 of the 2
+    available cores busy'."""
+    who = "the main process" if workers == 0 else f"its {plural(workers, 'worker')}"
+    return f"{who} kept {cpu.cores:.1f} of the {cpu.available_cores:.1f} available cores busy"
+
+
+def _loading_fix(rec: Recording, fraction: float, cpu: LoadingCpu | None) -> tuple[dict[str, Any], str]:
+    """The settings change and the words for input-bound loading, following what loading's CPU shows."""
+    workers = rec.settings.num_workers
+    cores = max(1, round(cpu.available_cores if cpu is not None else rec.host.usable_cores))
+    where = "in the main process, between training steps" if workers == 0 else f"in {plural(workers, 'worker')}"
+    if cpu is None:
+        if workers < cores:
+            change = {"num_workers": cores, "persistent_workers": True}
+            return change, (
+                f"Loading runs {where}; whether it computes or waits could not be measured: use "
+                f"{plural(cores, 'worker')}, one per core, so batches are prepared while the step runs, and keep "
+                "them alive between epochs."
+            )
+        return {}, (
+            f"Loading runs {where}, and whether it computes or waits could not be measured: run "
+            "`loaderdoctor tune` to measure other worker counts."
+        )
+    # Workers that keep up idle between batches: only saturated loading (the step waits most of the time, or
+    # loading runs in the main process) shows in its CPU whether it computes or waits.
+    saturated = workers == 0 or fraction > CRITICAL_TIME_SHARE
+    if cpu.share >= COMPUTING_SHARE:
+        if workers < cores:
+            change = {"num_workers": cores, "persistent_workers": True}
+            return change, (
+                f"Loading computes ({_cpu_words(cpu, workers)}) {where}: use {plural(cores, 'worker')}, one per "
+                "available core, so batches are prepared while the step runs, and keep them alive between epochs."
+            )
+        return {}, (
+            f"Loading is CPU-bound: {_cpu_words(cpu, workers)}, so more workers cannot help: make each "
+            "sample cheaper (decode once and cache, smaller images), use threads for work that releases the GIL, "
+            "or move augmentation to the accelerator."
+        )
+    if cpu.share < WAITING_SHARE and saturated:
+        suggested = _workers_to_fill(workers, fraction, cpu)
+        if suggested > workers:
+            change = {"num_workers": suggested, "persistent_workers": True}
+            return change, (
+                f"Loading waits more than it computes ({_cpu_words(cpu, workers)}, "
+                f"{percent(cpu.share)} of what it could): more workers than cores overlap the waits; use "
+                f"{plural(suggested, 'worker')} to keep more reads in flight, and keep them alive between epochs."
+            )
+        return {}, (
+            f"Loading waits more than it computes even with {plural(workers, 'worker')} ({_cpu_words(cpu, workers)}): "
+            "read less per sample (smaller or pre-decoded files), read faster storage, or cache the data locally."
+        )
+    if workers < cores:
+        change = {"num_workers": cores, "persistent_workers": True}
+        return change, (
+            f"Loading runs {where} ({_cpu_words(cpu, workers)}): use {plural(cores, 'worker')}, one per available "
+            "core, so batches are prepared while the step runs, and keep them alive between epochs."
+        )
+    return {}, (
+        f"Loading nearly keeps up ({_cpu_words(cpu, workers)}); whether more "
+        "workers would help cannot be told from its CPU: run `loaderdoctor tune` to measure them."
+    )
+
+
 def input_bound(rec: Recording) -> Finding | None:
-    """The training step waits for data: how long, and the worker count that would stop it."""
+    """The training step waits for data: how long, and the change the measured CPU of loading calls for."""
     fraction = wait_fraction(rec)
     if fraction is None or rec.step_s is None:
         return None
     severity = time_cost_severity(fraction)
     if severity is None:
         return None
-    workers = rec.settings.num_workers
-    cores = rec.host.usable_cores
-    cpu_share = loading_cpu_share(rec)
-    change: dict[str, Any] = {}
-    # Workers that keep up idle between batches, which reads as a low CPU share: only saturated workers
-    # (or the main process, measured while it loads) show whether loading computes or waits on I/O.
-    saturated = workers == 0 or fraction > CRITICAL_TIME_SHARE
-    if saturated and is_io_bound(cpu_share):
-        suggested = _io_workers(workers, cores, fraction, cpu_share)
-        if suggested > workers:
-            change = {"num_workers": suggested, "persistent_workers": True}
-            fix = (
-                f"Loading waits on I/O (its processes compute only {percent(cpu_share or 0.0)} of the time), "
-                f"so more workers than cores help: use {suggested} workers to keep more reads in flight, "
-                "and keep them alive between epochs."
-            )
-        else:
-            fix = (
-                f"Loading waits on I/O even with {workers} workers: read less per sample (smaller or "
-                "pre-decoded files), read faster storage, or cache the data locally."
-            )
-    else:
-        suggested = max(1, int(cores))
-        if suggested > workers:
-            change = {"num_workers": suggested, "persistent_workers": True}
-            where = (
-                "in the main process, between training steps"
-                if workers == 0
-                else f"in {workers} worker{'s' if workers > 1 else ''} for {cores:g} usable cores"
-            )
-            fix = (
-                f"Loading runs {where}: use {suggested} workers so batches are prepared while the step runs, "
-                "and keep them alive between epochs."
-            )
-        else:
-            fix = (
-                f"Loading is CPU-bound and already has {workers} workers for {cores:g} usable cores, so more "
-                "workers cannot help: make each sample cheaper, cache decoded data, or move "
-                "augmentation to the accelerator."
-            )
+    cpu = loading_cpu(rec)
+    change, fix = _loading_fix(rec, fraction, cpu)
     waits = [b.wait_s for b in steady_batches(rec)]
     return Finding(
         rule="input-bound",
@@ -125,9 +155,11 @@ def input_bound(rec: Recording) -> Finding | None:
             "wait_fraction": round(fraction, 3),
             "wait_ms_p50": round(statistics.median(waits) * 1000, 2),
             "step_ms": round(rec.step_s * 1000, 2),
-            "loading_cpu_share": rounded(cpu_share, 3),
-            "num_workers": workers,
-            "usable_cores": cores,
+            "num_workers": rec.settings.num_workers,
+            "loading_cores": None if cpu is None else round(cpu.cores, 2),
+            "available_cores": None if cpu is None else round(cpu.available_cores, 2),
+            "loading_cpu_share": None if cpu is None else round(cpu.share, 3),
+            "usable_cores": rec.host.usable_cores,
         },
         fix=fix,
         snippet=settings_snippet(rec, change),
@@ -208,7 +240,7 @@ def slow_start(rec: Recording) -> Finding | None:
     severity = "critical" if impact > CRITICAL_TIME_SHARE else "warning" if impact >= WARNING_TIME_SHARE else "info"
     dataset_mb = mb(rec.pickled_dataset_bytes)
     change: dict[str, Any] = {}
-    fork_safe = not fork_hazards(rec)
+    fork_safe = not recorded_hazards(rec)
     if fork_safe:
         change["start_method"] = "fork"
     if not settings.persistent_workers:

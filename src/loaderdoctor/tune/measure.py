@@ -9,13 +9,16 @@ from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import (
     Recording,
-    batches_per_s,
-    loading_cpu_share,
+    epoch_batches,
+    epoch_overhead_s,
+    first_startup_s,
     mean_batch_bytes,
     steady_batches,
+    training_rate,
 )
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tune.trial import Measurement
+from loaderdoctor.usage import loading_cpu
 from loaderdoctor.watchdog import StallPolicy
 from loaderdoctor.workload import Step
 
@@ -27,51 +30,15 @@ KEEPS_UP = 0.10
 TRIAL_EPOCHS = 3
 
 
-def _epoch_model(rec: Recording) -> tuple[float, float, int] | None:
-    """(start-up of an epoch, steady seconds per batch, batches per epoch) from what the run measured; None
-    when it delivered too few batches to tell."""
-    epochs = [e for e in rec.epochs if e.batches > 0 and e.first_batch_s is not None]
-    steady_batches = sum(e.batches - 1 for e in epochs)
-    steady_s = sum(e.wall_s - (e.first_batch_s or 0.0) for e in epochs)
-    if steady_batches == 0 or steady_s <= 0:
-        return None
-    per_batch_s = steady_s / steady_batches
-    later = [e.first_batch_s or 0.0 for e in epochs[1:]]
-    if later:
-        startup_s = statistics.median(later)
-    elif rec.settings.persistent_workers:
-        startup_s = per_batch_s
-    else:
-        startup_s = epochs[0].first_batch_s or 0.0
-    return startup_s, per_batch_s, rec.batches_per_epoch or max(e.batches for e in epochs)
-
-
-def epoch_rate(rec: Recording) -> float:
-    """Batches per second over a whole epoch of the training loop, from what the run measured.
-
-    An epoch costs its start-up (iter() to the first batch) plus its other batches at the steady pace. The
-    start-up is the one measured in later epochs when the run had them; with one epoch only, it is that
-    epoch's for workers started anew each epoch, and one batch's time for persistent workers (their first
-    epoch's start-up is paid once per training run, not per epoch). A run shorter than an epoch is
-    extrapolated to the loader's epoch length the same way.
-    """
-    model = _epoch_model(rec)
-    if model is None:
-        return batches_per_s(rec)
-    startup_s, per_batch_s, per_epoch = model
-    return per_epoch / (startup_s + (per_epoch - 1) * per_batch_s)
-
-
 def keeps_up(rec: Recording) -> bool | None:
     """Whether loading kept up with the training step: the step hardly waited for a batch, neither within an
-    epoch (median wait) nor at its start; None without a step."""
-    model = _epoch_model(rec)
-    if rec.step_s is None or rec.step_s <= 0 or model is None:
-        return None
+    epoch (median wait) nor at its start (the epoch's overhead against its steps); None without a step."""
     waits = [b.wait_s for b in steady_batches(rec)]
-    startup_s, _, per_epoch = model
-    steady_wait_s = statistics.median(waits) if waits else startup_s
-    return steady_wait_s <= KEEPS_UP * rec.step_s and startup_s <= KEEPS_UP * rec.step_s * per_epoch
+    if rec.step_s is None or rec.step_s <= 0 or not waits:
+        return None
+    per_epoch = epoch_batches(rec) or len(rec.batches)
+    overhead_ok = epoch_overhead_s(rec) <= KEEPS_UP * rec.step_s * per_epoch
+    return statistics.median(waits) <= KEEPS_UP * rec.step_s and overhead_ok
 
 
 def loading_memory_bytes(rec: Recording) -> int | None:
@@ -94,17 +61,22 @@ def measurement(rec: Recording) -> Measurement:
     if rec.stall is not None and not rec.stall.hung:
         # No batch before the trial's time ran out, from workers that were busy: slow, not stuck.
         outcome, error = "completed", f"no batch within the trial's {rec.budget_s:.1f} s"
-    rate = epoch_rate(rec) if outcome == "completed" else 0.0
+    rate = (training_rate(rec) or 0.0) if outcome == "completed" else 0.0
+    if outcome == "completed" and rate == 0.0 and error is None:
+        error = "too few batches after its start-up to measure a rate"
     exhausted = [e.batches for e in rec.epochs if e.ended == "exhausted"]
+    cpu = loading_cpu(rec)
     return Measurement(
         batches_per_s=rate,
         outcome=outcome,
         seconds=rec.wall_s,
         memory_bytes=loading_memory_bytes(rec),
-        cpu_share=loading_cpu_share(rec),
+        loading_cores=None if cpu is None else cpu.cores,
         keeps_up=keeps_up(rec) if outcome == "completed" else None,
         error=error,
         epoch_batches=max(exhausted) if exhausted else None,
+        copies=max((e.typical_copies for e in rec.epochs if e.typical_copies), default=None),
+        startup_s=first_startup_s(rec),
     )
 
 

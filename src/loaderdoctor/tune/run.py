@@ -13,17 +13,19 @@ import psutil
 
 from loaderdoctor import target as targets
 from loaderdoctor.errors import UsageError
+from loaderdoctor.forksafety import safe_start_method
 from loaderdoctor.host import host_facts
 from loaderdoctor.probe import ProbeProgress
 from loaderdoctor.recording import Recording, mean_batch_bytes
-from loaderdoctor.rules._common import fork_hazards
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.threads import threads_available
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
-from loaderdoctor.tune.space import Limits, label
+from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.strategy import Search
+from loaderdoctor.tune.trial import Measurement
 from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.words import plural
 from loaderdoctor.workload import Step
 
 # progress(loader name, the settings measured in words, the probe's figures so far)
@@ -69,12 +71,10 @@ def trial_seconds(budget_s: float, *, quick: bool = False) -> float:
 def limits_for(spec: LoaderSpec, rec: Recording | None, memory_bytes: int, max_workers: int | None) -> Limits:
     """What the search may use for this loader, from the host and the baseline's run (`rec`, when it ran)."""
     host = rec.host if rec is not None else host_facts()
-    user_start = spec.settings.start_method
-    start_method = user_start
+    start_method = spec.settings.start_method
     if rec is not None:
-        hazards = fork_hazards(rec)
-        if (hazards.threads or hazards.cuda_initialized or hazards.inductor_loaded) and user_start in (None, "fork"):
-            start_method = "forkserver"  # the fork-unsafe rule's hazards: forking now could hang a worker
+        # Forking into what runs in the parent could hang a worker: forkserver, where it can load this loader.
+        start_method = safe_start_method(rec, spec.settings.replace(num_workers=max(1, spec.settings.num_workers)))
     ceiling = max_workers if max_workers is not None else MAX_WORKERS
     if host.fd_soft_limit is not None and host.open_fds is not None:
         ceiling = min(ceiling, max(1, (host.fd_soft_limit - host.open_fds) // _FDS_PER_WORKER))
@@ -101,18 +101,24 @@ def tune_loader(
     policy: StallPolicy | None = None,
     progress: TuneProgress | None = None,
     clock: Callable[[], float] = time.monotonic,
+    baseline: tuple[Recording, Measurement] | None = None,
 ) -> LoaderTuning:
-    """Search one loader's settings within `budget_s` seconds; its own settings are the baseline."""
+    """Search one loader's settings within `budget_s` seconds; its own settings are the baseline (measured
+    first, unless `baseline` gives its recording and measurement already)."""
     trial_s = trial_seconds(budget_s, quick=quick)
     recordings: list[Recording] = []
 
     def on_probe(settings: Settings, figures: ProbeProgress) -> None:
         if progress is not None:
-            progress(name, label(settings), figures)
+            progress(name, settings.describe(), figures)
 
     measure = probe_measure(spec, step=step, policy=policy, progress=on_probe, recordings=recordings)
     started = clock()
-    first = measure(spec.settings, trial_s)
+    if baseline is not None:
+        recordings.append(baseline[0])
+        first = baseline[1]
+    else:
+        first = measure(spec.settings, trial_s)
     baseline_rec = recordings[0] if recordings else None
     limits = limits_for(spec, baseline_rec, memory_bytes, max_workers)
     search = Search(
@@ -173,7 +179,7 @@ def tune(
         least_s = 3 * MIN_TRIAL_S * len(resolved.loaders)
         if per_loader_s < 3 * MIN_TRIAL_S:
             raise UsageError(
-                f"a budget of {budget_s:g} s is too small to tune {len(resolved.loaders)} loader(s)",
+                f"a budget of {budget_s:g} s is too small to tune {plural(len(resolved.loaders), 'loader')}",
                 hint=f"give at least {least_s:g} s (--budget); {DEFAULT_BUDGET_S:g} s or more finds better settings",
             )
         tunings = {

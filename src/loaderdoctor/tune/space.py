@@ -24,26 +24,6 @@ class Limits:
     threads: bool  # the thread backend can run (torchdata is installed, the dataset is map-style)
 
 
-def label(settings: Settings) -> str:
-    """Settings in a few words, as the tuner's table names them: "4 workers, prefetch 2, persistent, fork"."""
-    if settings.num_workers == 0:
-        words = ["main process"]
-    elif settings.backend == "thread":
-        words = [_count(settings.num_workers, "thread"), f"prefetch {settings.prefetch_factor or 2}"]
-    else:
-        words = [_count(settings.num_workers, "worker"), f"prefetch {settings.prefetch_factor or 2}"]
-        if settings.persistent_workers:
-            words.append("persistent")
-        words.append(settings.effective_start_method or "")
-    if settings.pin_memory:
-        words.append("pinned")
-    return ", ".join(w for w in words if w)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
 def candidate(limits: Limits, num_workers: int, *, prefetch_factor: int = 2, backend: str = "process") -> Settings:
     """The Settings the tuner tries for a worker count: persistent workers (never slower, they only keep their
     memory between epochs), the safe start method, pinned memory with an accelerator."""

@@ -253,9 +253,14 @@ class Search:
             trial.note = measurement.error or f"the run {measurement.outcome}"
         elif self._other_data(measurement):
             trial.verdict = "other-data"
+            shown = (
+                f"every sample came {measurement.copies} times"
+                if measurement.copies and measurement.copies > 1
+                else f"an epoch held {measurement.epoch_batches} batches where the baseline's held "
+                f"{self._baseline_epoch_batches()}"
+            )
             trial.note = (
-                f"an epoch held {measurement.epoch_batches} batches where the baseline's held "
-                f"{self._baseline_epoch_batches()}: the dataset does not split its stream across workers "
+                f"{shown}: the dataset does not split its stream across workers "
                 "(torch.utils.data.get_worker_info()), so each one repeats it"
             )
         elif measurement.memory_bytes is not None and measurement.memory_bytes > self.limits.memory_bytes:
@@ -271,9 +276,14 @@ class Search:
         return known[0] if known else None
 
     def _other_data(self, measurement: Measurement) -> bool:
-        """Whether a whole epoch held another number of batches than the baseline's whole epoch did."""
+        """Whether a whole epoch held another number of batches than the baseline's whole epoch did, or samples
+        came more often than the baseline's did."""
         expected = self._baseline_epoch_batches()
-        return None not in (expected, measurement.epoch_batches) and measurement.epoch_batches != expected
+        if None not in (expected, measurement.epoch_batches) and measurement.epoch_batches != expected:
+            return True
+        baseline = self.trials[0] if self.trials else None
+        known = [] if baseline is None else [run.copies for run in baseline.runs if run.copies]
+        return bool(known) and measurement.copies is not None and measurement.copies > known[0]
 
     def _ratio(self, trial: Trial, other: Trial) -> float:
         """trial's rate over other's, after measuring a close call again (both to two runs, time allowing)."""
@@ -289,11 +299,10 @@ class Search:
     def _computing(self, trial: Trial, next_count: int) -> bool:
         """Whether the workers of `trial` already keep the cores busy, so that `next_count` would only
         compete for them (its note says so)."""
-        share = trial.cpu_share
+        demand = trial.loading_cores
         workers = trial.settings.num_workers
-        if share is None or next_count <= self.limits.cores:
+        if demand is None or next_count <= self.limits.cores:
             return False
-        demand = share * workers
         if demand < COMPUTING * self.limits.cores:
             return False
         trial.note = (

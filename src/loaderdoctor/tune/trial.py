@@ -24,10 +24,12 @@ class Measurement:
     outcome: str  # "completed" | "stalled" | "crashed" (the probe's outcome)
     seconds: float  # how long the run took, start-up and stopping included
     memory_bytes: int | None = None  # loading's peak memory: its workers' USS together plus batches in flight
-    cpu_share: float | None = None  # CPU seconds per second of each loading process: 1 computing, 0 waiting
+    loading_cores: float | None = None  # cores that loading kept busy (its workers together) in steady running
     keeps_up: bool | None = None  # with a training step: the step hardly waited for batches; None without one
     error: str | None = None
     epoch_batches: int | None = None  # the batches of an epoch run to its end, when one was
+    copies: int | None = None  # typical copies of a sample within an epoch (IterableDatasets; 1: no repeats)
+    startup_s: float | None = None  # from the first iter() to the first batch, apart from the rate
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,10 +37,12 @@ class Measurement:
             "outcome": self.outcome,
             "seconds": round(self.seconds, 3),
             "memory_mb": None if self.memory_bytes is None else round(self.memory_bytes / 2**20, 1),
-            "cpu_share": None if self.cpu_share is None else round(self.cpu_share, 3),
+            "loading_cores": None if self.loading_cores is None else round(self.loading_cores, 3),
             "keeps_up": self.keeps_up,
             "error": self.error,
             "epoch_batches": self.epoch_batches,
+            "copies": self.copies,
+            "startup_s": None if self.startup_s is None else round(self.startup_s, 3),
         }
 
 
@@ -74,8 +78,8 @@ class Trial:
         return max(known) if known else None
 
     @property
-    def cpu_share(self) -> float | None:
-        known = [run.cpu_share for run in self.runs if run.cpu_share is not None]
+    def loading_cores(self) -> float | None:
+        known = [run.loading_cores for run in self.runs if run.loading_cores is not None]
         return statistics.median(known) if known else None
 
     @property

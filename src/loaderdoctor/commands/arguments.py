@@ -1,0 +1,51 @@
+"""The arguments the subcommands share, and number arguments whose errors are in the user's words:
+"--budget must be a number of seconds, not 'abc'"."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+TARGET_HELP = (
+    "what to {verb}: 'demo' (default), 'scenario:NAME', 'pkg.module:function' or 'path/to/file.py:function'; "
+    "the function takes no arguments and returns a DataLoader, a dict of them, or a loaderdoctor.Workload"
+)
+
+
+def add_target_args(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The TARGET positional, as every subcommand that measures a loader takes it."""
+    parser.add_argument("target", nargs="?", default="demo", help=TARGET_HELP.format(verb=verb))
+
+
+def number(what: str, *, minimum: float, inclusive: bool = True) -> Callable[[str], float]:
+    """An argparse type: a finite number of `what` (e.g. "seconds") that is at least (or more than) minimum."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of {what}, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number of {what}, not {text!r}")
+        if value < minimum or (value == minimum and not inclusive):
+            bound = f"{minimum:g} or more" if inclusive else f"more than {minimum:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound} {what}, not {text!r}")
+        return value
+
+    return parse
+
+
+def count(what: str, *, minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of `what` (e.g. "epochs"), `minimum` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number of {what}, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more {what}, not {text!r}")
+        return value
+
+    return parse

@@ -1,0 +1,61 @@
+"""`loaderdoctor check`: measure each loader of a target, name the causes, and measure the fix."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from loaderdoctor.check import DEFAULT_BUDGET_S, DEFAULT_EPOCHS, check
+from loaderdoctor.commands.arguments import add_target_args, count, number
+from loaderdoctor.render import console as console_render
+from loaderdoctor.render import json as json_render
+from loaderdoctor.render.progress import LiveProgress
+
+NAME = "check"
+SCHEMA = "loaderdoctor.check/1"
+
+
+def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(NAME, help="measure a loader, name the cause, and measure the fix")
+    add_target_args(parser, "check")
+    parser.add_argument(
+        "--budget",
+        type=number("seconds", minimum=0, inclusive=False),
+        default=DEFAULT_BUDGET_S,
+        metavar="S",
+        help=f"seconds of measuring in all, the fix's run included (default {DEFAULT_BUDGET_S:g})",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=count("epochs", minimum=1),
+        default=DEFAULT_EPOCHS,
+        metavar="N",
+        help=f"epochs to run at most per measurement (default {DEFAULT_EPOCHS})",
+    )
+    parser.add_argument(
+        "--step-ms",
+        type=number("milliseconds", minimum=0),
+        default=None,
+        metavar="MS",
+        help="simulate a training step of MS milliseconds after each batch (overrides the target's)",
+    )
+    parser.add_argument("--json", action="store_true", help=f"print the report as JSON (schema {SCHEMA})")
+    parser.add_argument("--no-verify", action="store_true", help="do not measure the prescribed settings")
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with LiveProgress(err) as live:
+        report = check(
+            args.target,
+            budget_s=args.budget,
+            epochs=args.epochs,
+            step_ms=args.step_ms,
+            verify_fix=not args.no_verify,
+            progress=live.check_update,
+        )
+    if args.json:
+        print(json_render.render(report))
+    else:
+        console_render.render(report, out)
+    return report.exit_status

@@ -1,0 +1,71 @@
+"""`loaderdoctor tune`: search the fastest safe settings of each loader of a target by measuring them."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from loaderdoctor.commands.arguments import add_target_args, count, number
+from loaderdoctor.render import json as json_render
+from loaderdoctor.render import tune as tune_render
+from loaderdoctor.render.progress import LiveProgress
+from loaderdoctor.tune import tune
+from loaderdoctor.tune.run import DEFAULT_BUDGET_S
+
+NAME = "tune"
+SCHEMA = "loaderdoctor.tune/1"
+
+
+def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(NAME, help="search the fastest safe settings by measuring them")
+    add_target_args(parser, "tune")
+    parser.add_argument(
+        "--budget",
+        type=number("seconds", minimum=0, inclusive=False),
+        default=DEFAULT_BUDGET_S,
+        metavar="S",
+        help=f"seconds of searching in all, shared by the loaders (default {DEFAULT_BUDGET_S:g})",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        default=None,
+        metavar="SIZE",
+        help="most memory loading may use: workers plus batches in flight, e.g. 8G (default: half of the "
+        "memory available)",
+    )
+    parser.add_argument(
+        "--step-ms",
+        type=number("milliseconds", minimum=0),
+        default=None,
+        metavar="MS",
+        help="simulate a training step of MS milliseconds after each batch; then the cheapest settings that "
+        "keep up with it win (overrides the target's step)",
+    )
+    parser.add_argument(
+        "--max-workers",
+        type=count("workers", minimum=1),
+        default=None,
+        metavar="N",
+        help="never try more workers than N",
+    )
+    parser.add_argument("--quick", action="store_true", help="only climb the worker counts (fewer, shorter trials)")
+    parser.add_argument("--json", action="store_true", help=f"print the result as JSON (schema {SCHEMA})")
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    with LiveProgress(err) as live:
+        report = tune(
+            args.target,
+            budget_s=args.budget,
+            memory_budget=args.memory_budget,
+            step_ms=args.step_ms,
+            quick=args.quick,
+            max_workers=args.max_workers,
+            progress=live.tune_update,
+        )
+    if args.json:
+        print(json_render.render(report))
+    else:
+        tune_render.render(report, out)
+    return report.exit_status

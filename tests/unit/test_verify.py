@@ -1,0 +1,181 @@
+"""verify: the verdict on a fix from windows measured in turns (hand-made recordings), and the turns themselves
+on loaders in this process (fast, no workers)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from recordings import make_recording
+from torch.utils.data import DataLoader, Dataset
+
+from loaderdoctor.recording import Recording, Window
+from loaderdoctor.report import Finding
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.verify import compare, decide, fix_kind, verify
+
+ORIGINAL = Settings()
+FIX = Settings(num_workers=2, persistent_workers=True)
+
+
+def _windowed(rec: Recording, pieces: int, slow: dict[int, float] | None = None) -> Recording:
+    """`rec` measured in `pieces` windows of equal batches; window i's waits multiplied by slow[i]."""
+    batches = rec.batches
+    per = len(batches) // pieces
+    rec.windows = []
+    for i in range(pieces):
+        part = batches[i * per : (i + 1) * per]
+        for batch in part:
+            batch.wait_s *= (slow or {}).get(i, 1.0)
+        rec.windows.append(Window(part[0].delivered_s, part[-1].delivered_s))
+    return rec
+
+
+def _run(wait_s: float, *, pieces: int = 6, slow: dict[int, float] | None = None, **fields) -> Recording:
+    settings = fields.pop("settings", ORIGINAL)
+    rec = make_recording(
+        settings=settings, epochs=1, batches_per_epoch=60, wait_s=wait_s, step_s=0.02, first_batch_s=0.1, **fields
+    )
+    return _windowed(rec, pieces, slow)
+
+
+def _finding(rule: str) -> Finding:
+    return Finding(rule, "warning", rule, {}, "", settings_change={"num_workers": 2})
+
+
+def test_a_fix_faster_in_every_pair_is_faster():
+    v = compare(_run(0.03), _run(0.005, settings=FIX), "speed")
+    assert v.verdict == "faster" and v.helped
+    assert v.speedup == pytest.approx(0.05 / 0.025, rel=0.02)
+    assert v.pairs == 6
+    assert v.spread[0] == pytest.approx(2.0, rel=0.05) and v.spread[1] == pytest.approx(2.0, rel=0.05)
+    assert v.note.startswith("2.00x faster (6 pairs of windows, 2.00x to 2.00x)")
+
+
+def test_one_disturbed_pair_does_not_flip_the_verdict():
+    # Another process took a core during one window of the fix: that pair shows it slower.
+    v = compare(_run(0.03), _run(0.005, settings=FIX, slow={2: 20.0}), "speed")
+    assert v.spread[0] < 1.0 < v.spread[1]
+    assert v.verdict == "faster"
+
+
+def test_not_a_fix_only_when_slower_in_every_pair():
+    v = compare(_run(0.01), _run(0.015, settings=FIX), "speed")
+    assert v.verdict == "slower" and not v.helped
+    assert "slower in every pair of windows" in v.note
+    mixed = compare(_run(0.01), _run(0.015, settings=FIX, slow={0: 0.1}), "speed")
+    assert mixed.verdict == "no-gain"  # one pair shows it faster: within the noise, not "not a fix"
+    assert "no measurable gain" in mixed.note and not mixed.helped
+
+
+def test_a_small_gain_is_no_gain():
+    v = compare(_run(0.01), _run(0.009, settings=FIX), "speed")  # 30 ms against 29 ms a batch
+    assert v.verdict == "no-gain"
+
+
+def test_safety_and_cost_fixes_need_only_be_as_fast():
+    assert compare(_run(0.01), _run(0.0101, settings=FIX, slow={1: 0.5}), "safety").verdict == "as-fast"
+    cost = compare(_run(0.01), _run(0.0101, settings=FIX, slow={1: 0.5}), "cost")
+    assert cost.verdict == "as-fast" and "fewer processes" in cost.note
+    assert compare(_run(0.01), _run(0.02, settings=FIX), "safety").verdict == "slower"
+
+
+def test_a_run_cut_short_is_not_measured_and_has_no_ratio():
+    v = compare(_run(0.03, pieces=1), _run(0.005, settings=FIX, pieces=1), "speed")
+    assert v.verdict == "not-measured"
+    assert v.speedup is None
+    assert v.to_dict()["speedup"] is None
+    assert v.to_dict()["after_outcome"] == "cut-short"
+    assert "give a larger --budget" in v.note
+
+
+def test_a_fix_that_repeats_the_stream_is_other_data():
+    before, after = _run(0.03), _run(0.005, settings=FIX)
+    for epoch in after.epochs:
+        epoch.typical_copies = 2
+    v = compare(before, after, "speed")
+    assert v.verdict == "other-data" and v.speedup is None
+    assert "every sample came 2 times" in v.note
+
+
+def test_a_fix_whose_epochs_differ_in_length_is_other_data():
+    before, after = _run(0.03), _run(0.005, settings=FIX)
+    after.epochs[0].batches = 120
+    assert compare(before, after, "speed").verdict == "other-data"
+
+
+def test_a_fix_that_stalls_failed():
+    v = compare(_run(0.03), _run(0.005, settings=FIX, outcome="stalled"), "speed")
+    assert v.verdict == "failed" and v.speedup is None
+
+
+@pytest.mark.parametrize(
+    ("speedup", "ratios", "verdict"),
+    [
+        (1.5, [1.4, 1.6, 1.5, 0.9], "faster"),  # three pairs in four agree
+        (1.5, [1.4, 0.9, 0.9, 1.6], "no-gain"),  # half: not enough
+        (1.05, [1.04, 1.06], "no-gain"),
+        (0.8, [0.7, 0.9, 0.8], "slower"),
+        (0.8, [0.7, 1.01, 0.8], "no-gain"),
+        (0.998, [0.9993, 0.9985], "no-gain"),  # every pair a hair slower: noise, not a slower fix
+    ],
+)
+def test_decide(speedup, ratios, verdict):
+    assert decide(speedup, ratios, "speed") == verdict
+
+
+def test_what_a_fix_is_for():
+    assert fix_kind([_finding("fork-unsafe")]) == "safety"
+    assert fix_kind([_finding("cpu-oversubscription")]) == "cost"
+    assert fix_kind([_finding("cpu-oversubscription"), _finding("shm-capacity")]) == "cost"
+    assert fix_kind([_finding("input-bound"), _finding("fork-unsafe")]) == "speed"
+
+
+# verify() itself, on loaders in this process
+
+
+class Sleepy(Dataset):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return torch.tensor([index])
+
+
+def test_the_original_and_the_fix_take_turns_for_equal_time():
+    spec = LoaderSpec.from_loader(DataLoader(Sleepy(0.004), batch_size=2))
+    before = make_recording(settings=ORIGINAL)
+    fix = Settings(prefetch_factor=None, pin_memory=False)  # the same loader: no difference to find
+    (v,) = verify(spec, before, [_finding("input-bound")], [fix], budget_s=5.0, step=None)
+    original = v.after_recording  # the fix's recording; both ran the same rounds
+    assert v.pairs >= 2
+    assert v.verdict == "no-gain"
+    assert 0.5 < v.spread[0] <= v.spread[1] < 2.0
+    assert len(original.windows) == v.pairs
+    assert all(w.ended_s - w.started_s < 2.0 for w in original.windows)
+    assert v.before_startup_s is not None and v.after_startup_s is not None
+
+
+def test_a_fix_for_a_loader_that_stalled_is_measured_alone():
+    spec = LoaderSpec.from_loader(DataLoader(Sleepy(0.001), batch_size=2))
+    before = make_recording(settings=ORIGINAL, outcome="stalled")
+    (v,) = verify(spec, before, [_finding("input-bound")], [ORIGINAL], budget_s=1.0, step=None)
+    assert v.verdict == "rescued" and v.helped
+    assert v.speedup is None
+    assert "where the original settings stalled" in v.note
+
+
+def test_a_fix_that_starts_far_sooner_and_runs_as_fast_helps():
+    before, after = _run(0.01), _run(0.0101, settings=FIX, slow={1: 0.5})
+    before.epochs[0].first_batch_s = 6.7  # a large dataset unpickled by each spawned worker
+    after.epochs[0].first_batch_s = 0.05
+    v = compare(before, after, "speed")
+    assert v.verdict == "quicker-start" and v.helped
+    assert v.note.startswith("starts in 0.05 s instead of 6.70 s, once per run, and runs as fast (1.03x;")
+    after.epochs[0].first_batch_s = 6.0  # 0.7 s sooner: not enough to count
+    assert compare(before, after, "speed").verdict == "no-gain"
