@@ -6,7 +6,8 @@ Each run is a fresh `loaderdoctor check scenario:NAME --json` process, so nothin
 Per scenario the table shows how often the main diagnosis was the planted cause, how often the verdict on the
 fix was the most common one, the verified fix's speedup (median and range over the runs), and the speedup a
 plain training loop measures for the same two settings: a DataLoader built with them, one epoch to warm up,
-then whole epochs timed with the scenario's training step after each batch (a fresh process each).
+then whole epochs timed with the scenario's training step after each batch (a fresh process each; the median
+of --plain-pairs such pairs, taken in turns).
 
 --busy runs a CPU hog (one busy process, one core) for part of every check (from 20% to 60% of its budget),
 as another job on a shared machine would; the plain loops run on a quiet machine, as the reference.
@@ -88,6 +89,19 @@ def plain_rate(name: str, settings: dict) -> float | None:
     return json.loads(result.stdout)
 
 
+def plain_speedup(name: str, original: dict, fix: dict, pairs: int) -> float | None:
+    """The fix's plain-loop rate over the original's: the median over `pairs` pairs of fresh processes, taken
+    in turns (original, fix, original, fix...) so that a quiet spell does not favour one; None when the
+    original settings hang."""
+    ratios = []
+    for _ in range(pairs):
+        before, after = plain_rate(name, original), plain_rate(name, fix)
+        if not before or not after:
+            return None
+        ratios.append(after / before)
+    return statistics.median(ratios)
+
+
 def _plain_in_process(name: str, settings_dict: dict) -> float:
     from loaderdoctor.settings import LoaderSpec, Settings
 
@@ -114,6 +128,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--budget", type=float, default=30.0)
     parser.add_argument("--busy", action="store_true", help="a one-core hog during part of every check")
+    parser.add_argument("--plain-pairs", type=int, default=3, help="pairs of plain loops for the reference")
     parser.add_argument("names", nargs="*")
     args = parser.parse_args(argv)
     names = args.names or scenarios.names()
@@ -151,9 +166,8 @@ def main(argv: list[str]) -> int:
         plain = diff = None
         if fixes and original is not None:
             fix = json.loads(collections.Counter(fixes).most_common(1)[0][0])
-            before, after = plain_rate(name, original), plain_rate(name, fix)
-            if before and after:
-                plain = after / before
+            plain = plain_speedup(name, original, fix, args.plain_pairs)
+            if plain is not None:
                 diff = check_speedup / plain - 1 if check_speedup else None
         shown_range = f"{min(speedups):.2f}-{max(speedups):.2f}x" if speedups else "-"
         print(

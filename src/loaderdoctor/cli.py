@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import sys
+from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with `argv` (sys.argv[1:] by default); return the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    out = Console(highlight=False)
+    out = Console(highlight=False, file=None if sys.stdout.isatty() else _TrimmedLines(sys.stdout))
     err = Console(stderr=True, highlight=False)
     try:
         args = _parser().parse_args(argv)
@@ -64,6 +65,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+
+
+class _TrimmedLines:
+    """A text stream that drops the spaces rich pads its lines with, for output piped to a file or a CI log."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.stream.write(line.rstrip(" ") + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.write(self.pending)
+        self.pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
 
 
 def _json_schema(argv: list[str]) -> str | None:

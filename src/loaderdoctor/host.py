@@ -7,6 +7,7 @@ import os
 import resource
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -108,6 +109,7 @@ def stray_workers() -> list[StrayProcess]:
 # A process outside the run that used less than this share of a core is not worth naming.
 _NAMED_OTHER_CORES = 0.1
 _NAMED_OTHERS = 5
+_NAMED_OTHER_CPU_S = 0.05  # CPU seconds after which a process's command line is read
 
 CpuSnapshot = dict[tuple[int, float], tuple[float, str]]  # (pid, creation time) -> (CPU seconds, command line)
 
@@ -131,27 +133,60 @@ def _own_tree() -> set[int]:
     return pids
 
 
-def busiest_others(before: CpuSnapshot, after: CpuSnapshot, seconds: float) -> list[OtherProcess]:
-    """The processes outside this one and its children that used the most CPU between two snapshots taken
-    `seconds` apart (at least a tenth of a core each), busiest first."""
-    if seconds <= 0:
-        return []
-    own = _own_tree()
-    others = []
-    for key, (cpu_s, name) in after.items():
-        pid = key[0]
-        if pid in own or key not in before:
-            continue
-        cores = (cpu_s - before[key][0]) / seconds
-        if cores >= _NAMED_OTHER_CORES:
-            others.append((cores, pid, name))
-    named = []
-    for cores, pid, name in sorted(others, reverse=True)[:_NAMED_OTHERS]:
-        cmdline = name
-        with contextlib.suppress(psutil.Error):
-            cmdline = " ".join(psutil.Process(pid).cmdline())[:200] or name
-        named.append(OtherProcess(pid, cmdline, round(cores, 2)))
-    return named
+class OtherLoad:
+    """The CPU that processes outside this one and its children take while a run goes on, from snapshots of
+    every process taken now and then (at each window's end): a process that starts or ends during the run is
+    counted for the time it was seen, as a job that comes and goes."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], CpuSnapshot] = cpu_snapshot,
+        own: Callable[[], set[int]] = lambda: _own_tree(),
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._snapshot, self._own, self._wall_clock = snapshot, own, wall_clock
+        self._taken_at = wall_clock()
+        self._last = snapshot()
+        self._used: dict[tuple[int, float], float] = {}  # CPU seconds taken since the first snapshot
+        self._commands: dict[tuple[int, float], str] = {}
+
+    def observe(self) -> None:
+        """Take a snapshot and add what each other process used since the last one."""
+        taken_at = self._wall_clock()
+        now, own = self._snapshot(), self._own()
+        for key, (cpu_s, name) in now.items():
+            if key[0] in own:
+                continue
+            if key in self._last:
+                used = cpu_s - self._last[key][0]
+            elif key[1] >= self._taken_at:
+                used = cpu_s  # started since the last snapshot: all its CPU is new
+            else:
+                continue  # not read last time (it was denied, say): no baseline
+            if used <= 0:
+                continue
+            self._used[key] = self._used.get(key, 0.0) + used
+            if key not in self._commands and self._used[key] >= _NAMED_OTHER_CPU_S:
+                self._commands[key] = _command_line(key[0], name)  # read while it still runs
+        self._last, self._taken_at = now, taken_at
+
+    def busiest(self, seconds: float) -> list[OtherProcess]:
+        """The processes that used the most CPU over the run of `seconds` (at least a tenth of a core each on
+        average), busiest first."""
+        if seconds <= 0:
+            return []
+        ranked = sorted(((used / seconds, key) for key, used in self._used.items()), reverse=True)
+        return [
+            OtherProcess(key[0], self._commands.get(key, ""), round(cores, 2))
+            for cores, key in ranked[:_NAMED_OTHERS]
+            if cores >= _NAMED_OTHER_CORES
+        ]
+
+
+def _command_line(pid: int, name: str) -> str:
+    with contextlib.suppress(psutil.Error):
+        return " ".join(psutil.Process(pid).cmdline())[:200] or name
+    return name
 
 
 def _local_ranks() -> int:

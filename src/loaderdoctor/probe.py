@@ -16,7 +16,7 @@ from typing import Any
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
 from loaderdoctor.forksafety import ForkHazards, forkserver_blocker
-from loaderdoctor.host import busiest_others, cpu_snapshot, host_facts
+from loaderdoctor.host import OtherLoad, host_facts
 from loaderdoctor.indexed import IndexedDataset, parse_sample_failures
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.pickling import pickled_bytes
@@ -123,7 +123,7 @@ class ProbeSession:
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
         self.sampler = WorkerSampler(self.current_pids, clock=clock, t0=self.started)
         self.watchdog = Watchdog(self.tap, policy, self.on_stall, workers_idle=self.sampler.cpu_idle)
-        self.cpu_before = cpu_snapshot()
+        self.other_load = OtherLoad()
         self.iterator: TapIterator | None = None  # the open epoch's
         self.last_iterator: TapIterator | None = None  # the last epoch's, whose workers may persist
         self.epoch = -1  # the epoch under way (its iterator open), or the last one
@@ -258,6 +258,7 @@ class ProbeSession:
                 )
         finally:
             self.sampler.pause()
+            self.other_load.observe()
         window = Window(measured_from - self.started, self.clock() - self.started)
         self.rec.windows.append(window)
         return window
@@ -319,7 +320,8 @@ class ProbeSession:
         rec.wall_s = self.clock() - self.started
         rec.worker_samples = list(self.sampler.samples)
         rec.host_samples = list(self.sampler.host_samples)
-        rec.other_processes = busiest_others(self.cpu_before, cpu_snapshot(), rec.wall_s)
+        self.other_load.observe()
+        rec.other_processes = self.other_load.busiest(rec.wall_s)
         if self.step is not None and self.step_times:
             rec.step_s = statistics.median(self.step_times)
         forks = rec.start_method == "fork" or rec.settings.num_workers == 0

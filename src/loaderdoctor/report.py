@@ -143,7 +143,8 @@ class Verification:
     after_recording: Recording | None = None
     source: str = "rules"  # "rules": the findings' combined fix; "tune": the tuner's quick search found it
     spread: tuple[float, float] | None = None  # the lowest and highest speedup of a pair of windows
-    pairs: int = 0  # pairs of windows measured, one of each settings
+    pairs: int = 0  # pairs of windows measured, one of each settings, that the speedup rests on
+    busy_pairs: int = 0  # pairs measured while other processes took cores, left out (see verify.py)
     before_startup_s: float | None = None  # iter() to the first batch, once per run
     after_startup_s: float | None = None
     other_cores: float | None = None  # the most cores other processes took during a window
@@ -176,6 +177,7 @@ class Verification:
             "helped": self.helped,
             "spread": None if self.spread is None else [round(self.spread[0], 3), round(self.spread[1], 3)],
             "window_pairs": self.pairs,
+            "busy_window_pairs": self.busy_pairs,
             "before_outcome": self.before_outcome,
             "after_outcome": self.after_outcome,
             "before_startup_s": _rounded(self.before_startup_s, 3),

@@ -10,6 +10,8 @@ from loaderdoctor.recording import Recording, Window, WorkerSample, steady_batch
 
 # The training process keeps at least this much of a core whatever other processes take.
 _MIN_AVAILABLE_CORES = 1.0
+# The machine is busy while processes outside the run keep this many cores busy.
+BUSY_OTHER_CORES = 0.5
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,13 @@ class LoadingCpu:
         least one core, or the quota if that is less)."""
         taken = (self.main_cores or 0.0) + (self.other_cores or 0.0)
         return max(min(_MIN_AVAILABLE_CORES, self.usable_cores), self.usable_cores - taken)
+
+    @property
+    def own_cores(self) -> float:
+        """The usable cores less what the training process itself took (at least one core, or the quota if
+        that is less): what a fix plans its workers for. Other processes' load comes and goes; it is reported,
+        and counts in `share`, but a fix is not cut to it."""
+        return max(min(_MIN_AVAILABLE_CORES, self.usable_cores), self.usable_cores - (self.main_cores or 0.0))
 
     @property
     def capacity(self) -> float:

@@ -5,7 +5,10 @@ Each settings gets one ProbeSession, started once (its start-up measured apart).
 every round each session runs one window of steady running while the others wait, the order reversed every
 other round so that a drift favours none. A pair of windows (the original's and a fix's of one round) gives
 one speedup; the fix's rate over the original's, both over all their windows, is the speedup reported, and
-the pairs' lowest and highest its spread. A fix is:
+the pairs' lowest and highest its spread. Pairs measured while other processes kept BUSY_OTHER_CORES or more
+busy are left out when at least MIN_PAIRS quiet ones remain (and said in the note): load that comes and goes
+changes the ratio itself (it slows a process of two threads more than two processes of one), and the speedup
+is the machine's as it usually is. A fix is:
 
 - faster when its speedup is at least MIN_SPEEDUP and most pairs agree it is faster;
 - slower (not a fix) only when every pair shows it slower, and by as much as MIN_SPEEDUP the other way;
@@ -20,15 +23,17 @@ the pairs' lowest and highest its spread. A fix is:
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.probe import ProbeProgress, ProbeSession, deadline_allowance
 from loaderdoctor.recording import OtherProcess, Recording, Window, first_startup_s, steady_batches, training_rate
 from loaderdoctor.report import Finding, Verification
 from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.usage import other_cores
+from loaderdoctor.usage import BUSY_OTHER_CORES, other_cores
 from loaderdoctor.watchdog import StallPolicy
 from loaderdoctor.words import plural
 from loaderdoctor.workload import Step
@@ -256,11 +261,15 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
             settings, rate_before, rate_after, before.outcome, "other-data", "other-data",
             f"not compared: {different}", **common,
         )  # fmt: skip
-    ratios = []
-    for window_before, window_after in zip(before.windows, after.windows, strict=False):
-        rates = _window_rate(before, window_before), _window_rate(after, window_after)
-        if None not in rates and rates[0]:
-            ratios.append(rates[1] / rates[0])  # type: ignore[operator]
+    pairs = _pairs(before, after)
+    quiet = [p for p in pairs if p.other_cores < BUSY_OTHER_CORES]
+    # Too few quiet pairs (a machine busy throughout): the machine as it was is all there is.
+    busy = [p for p in pairs if p.other_cores >= BUSY_OTHER_CORES] if len(quiet) >= MIN_PAIRS else []
+    used = quiet if busy else pairs
+    if busy:  # the quiet pairs alone: the machine as it usually is
+        rate_before = statistics.mean(p.before for p in used)
+        rate_after = statistics.mean(p.after for p in used)
+    ratios = [p.after / p.before for p in used]
     if len(ratios) < MIN_PAIRS or rate_before <= 0:
         return Verification(
             settings, rate_before, rate_after, before.outcome, "cut-short", "not-measured",
@@ -274,12 +283,44 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
     if verdict in ("no-gain", "as-fast") and _starts_sooner(*startups):
         verdict = "quicker-start"
     note = _note(verdict, speedup, spread, len(ratios), kind)
+    if busy:
+        taken = max(p.other_cores for p in busy)
+        note += (
+            f"; {plural(len(busy), 'more pair')} measured while other processes took up to {taken:.1f} cores "
+            f"({_x_range(busy)}) left out"
+        )
     if verdict == "quicker-start":
         note = f"starts in {startups[1]:.2f} s instead of {startups[0]:.2f} s, once per run, and runs as fast ({note})"
     return Verification(
         settings, rate_before, rate_after, before.outcome, after.outcome, verdict, note,
-        spread=spread, pairs=len(ratios), **common,
+        spread=spread, pairs=len(ratios), busy_pairs=len(busy), **common,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """Window i of the original settings and window i of a fix: their rates and the cores that other
+    processes took meanwhile (the more of the two windows)."""
+
+    before: float
+    after: float
+    other_cores: float
+
+
+def _pairs(before: Recording, after: Recording) -> list[_Pair]:
+    """The pairs of windows in which both settings delivered enough steady batches to have a rate."""
+    pairs = []
+    for window_before, window_after in zip(before.windows, after.windows, strict=False):
+        rates = _window_rate(before, window_before), _window_rate(after, window_after)
+        if rates[0] and rates[1] is not None:
+            others = [other_cores(before, window_before), other_cores(after, window_after)]
+            pairs.append(_Pair(rates[0], rates[1], max((c for c in others if c is not None), default=0.0)))
+    return pairs
+
+
+def _x_range(pairs: list[_Pair]) -> str:
+    ratios = [p.after / p.before for p in pairs]
+    return f"{min(ratios):.2f}x" if len(ratios) == 1 else f"{min(ratios):.2f}x to {max(ratios):.2f}x"
 
 
 def _starts_sooner(before_s: float | None, after_s: float | None) -> bool:

@@ -333,6 +333,8 @@ def test_the_tune_table_fits_80_columns_with_whole_headers_and_verdicts():
     note = next(i for i, line in enumerate(lines) if line.strip().startswith("#3 stalled: no batch came"))
     assert "__getitem__" in " ".join(lines[note : note + 3])
     assert any(line.strip() == "#4 other-data: repeats" for line in lines)
+    other_data = next(line for line in lines if line.startswith("4 "))
+    assert "1.20x" not in other_data and "12.0" in other_data  # rates of other data are no speedup
     assert "at most 1 worker" in text and "4 trials in 12 s" in text
 
 
@@ -376,3 +378,10 @@ def test_settings_are_described_one_way_everywhere(settings, words):
 )
 def test_counts_in_words(count, noun, words):
     assert plural(count, noun) == words
+
+
+def test_piped_output_fits_80_columns_without_the_padding_of_its_tables(capsys):
+    assert main(["scenarios"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 5 and max(len(line) for line in lines) <= 80
+    assert not [line for line in lines if line != line.rstrip()]  # rich pads table cells with spaces

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from loaderdoctor import host
-from loaderdoctor.host import busiest_others, cgroup_cpu_quota, cpu_snapshot, host_facts, usable_cores
+from loaderdoctor.host import cgroup_cpu_quota, cpu_snapshot, host_facts, usable_cores
 
 
 def _write(path: Path, text: str) -> None:
@@ -124,19 +124,50 @@ def test_orphans_count_as_stray_workers_only_beyond_doubt(monkeypatch):
     assert {p.pid for p in host._orphaned_workers([forked_a, forked_b])} == set()
 
 
+def _load(snapshots: list[dict], own: int) -> host.OtherLoad:
+    """An OtherLoad over these snapshots in turn, the wall clock at 1.0, 2.0, 3.0..."""
+    taken = iter(snapshots)
+    times = iter(float(t) for t in range(1, 100))
+    return host.OtherLoad(snapshot=lambda: next(taken), own=lambda: {own}, wall_clock=lambda: next(times))
+
+
 def test_other_processes_are_named_by_the_cpu_they_took_and_ours_are_left_out(monkeypatch):
     own = os.getpid()
-    before = {(own, 1.0): (5.0, "python"), (4242, 2.0): (10.0, "hog"), (4343, 3.0): (1.0, "idle")}
-    after = {(own, 1.0): (9.0, "python"), (4242, 2.0): (12.0, "hog"), (4343, 3.0): (1.05, "idle")}
+    first = {(own, 0.5): (5.0, "python"), (4242, 0.5): (10.0, "hog"), (4343, 0.5): (1.0, "idle")}
+    then = {(own, 0.5): (9.0, "python"), (4242, 0.5): (12.0, "hog"), (4343, 0.5): (1.05, "idle")}
     monkeypatch.setattr(host.psutil, "Process", _NamedProcess)
-    (busy,) = busiest_others(before, after, seconds=2.0)
+    load = _load([first, then], own)
+    load.observe()
+    (busy,) = load.busiest(seconds=2.0)
     assert (busy.pid, busy.cores, busy.cmdline) == (4242, 1.0, "hog --spin")  # 2 CPU seconds in 2 s; idle: 0.025
 
 
-def test_a_process_that_started_meanwhile_is_not_compared_with_another_of_its_pid():
-    before = {(4242, 2.0): (10.0, "old")}
-    after = {(4242, 9.0): (50.0, "new")}  # the same pid, created later: another process
-    assert busiest_others(before, after, seconds=2.0) == []
+def test_a_process_that_comes_and_goes_between_snapshots_is_counted_for_what_it_took(monkeypatch):
+    """A job that starts after the run began and ends before it closes (another user's, say) is still named:
+    what it used is added at every snapshot, while it runs."""
+    monkeypatch.setattr(host.psutil, "Process", _NamedProcess)
+    own = os.getpid()
+    start = {(own, 0.5): (1.0, "python")}
+    hog_started = {(own, 0.5): (2.0, "python"), (4242, 1.5): (3.0, "hog")}  # created after the first snapshot
+    hog_running = {(own, 0.5): (3.0, "python"), (4242, 1.5): (6.0, "hog")}
+    hog_gone = {(own, 0.5): (4.0, "python")}
+    load = _load([start, hog_started, hog_running, hog_gone], own)
+    for _ in range(3):
+        load.observe()
+    (hog,) = load.busiest(seconds=6.0)
+    assert (hog.pid, hog.cores, hog.cmdline) == (4242, 1.0, "hog --spin")  # 3 + 3 CPU seconds over 6 s
+
+
+def test_a_process_seen_late_is_not_charged_with_cpu_from_before_the_run():
+    """A process older than the last snapshot but missing from it (unreadable then) has no baseline: its CPU
+    seconds since it started are not the run's; and a pid reused by a new process is another process."""
+    old_unread = {(4242, 0.2): (500.0, "old")}
+    load = _load([{}, old_unread, {(4242, 0.2): (501.0, "old"), (4242, 2.5): (0.5, "new")}], os.getpid())
+    load.observe()
+    assert load.busiest(seconds=2.0) == []
+    load.observe()
+    # The old one's last second only (1 CPU second); the new one since it started (0.5), apart.
+    assert [(p.pid, p.cores) for p in load.busiest(seconds=2.0)] == [(4242, 0.5), (4242, 0.25)]
 
 
 def test_a_snapshot_holds_this_process():

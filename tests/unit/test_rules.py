@@ -9,7 +9,7 @@ import pytest
 from recordings import MIB, make_host, make_iterators, make_recording, make_worker_samples
 
 from loaderdoctor import rules
-from loaderdoctor.recording import SampleError, StackFrame, Stall, StrayProcess, WorkerDeath, WorkerStack
+from loaderdoctor.recording import HostSample, SampleError, StackFrame, Stall, StrayProcess, WorkerDeath, WorkerStack
 from loaderdoctor.report import Finding
 from loaderdoctor.rules.data import sample_errors
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
@@ -45,6 +45,23 @@ def test_input_bound_in_main_process_suggests_a_worker_per_core():
     assert finding.settings_change == {"num_workers": 2, "persistent_workers": True}
     assert finding.snippet == Settings(num_workers=2, persistent_workers=True).snippet()
     assert finding.impact == pytest.approx(0.375)
+
+
+def test_another_job_taking_a_core_meanwhile_is_said_but_does_not_cut_the_fix():
+    """Load from other processes comes and goes: the fix is planned for the machine's cores (a worker each),
+    and the words say what the other processes took, so that the numbers add up."""
+    rec = make_recording(settings=IN_MAIN_PROCESS, wait_s=0.03, step_s=0.05)
+    rec.host_samples = [
+        HostSample(t_s=t / 4, busy_cpu_s=(1.0 + 0.9 * 0.375) * t / 4, main_cpu_s=0.9 * 0.375 * t / 4)
+        for t in range(int(rec.wall_s * 4) + 1)
+    ]
+    finding = input_bound(rec)
+    assert finding.evidence["available_cores"] == 1.0
+    assert finding.fix.startswith(
+        "Loading computes (the main process kept 0.9 of the 1.0 available cores busy while other processes took "
+        "1.0) in the main process, between training steps: use 2 workers, one per core,"
+    )
+    assert finding.settings_change == {"num_workers": 2, "persistent_workers": True}
 
 
 @pytest.mark.parametrize(

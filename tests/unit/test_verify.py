@@ -60,6 +60,27 @@ def test_one_disturbed_pair_does_not_flip_the_verdict():
     assert v.verdict == "faster"
 
 
+def test_pairs_measured_while_other_processes_took_cores_are_left_out(monkeypatch):
+    """A job that came and went slowed the original settings (a process of two threads) more than the fix in
+    windows 1 and 3: those pairs show 3x where the machine as it usually is gives 2x. They are said, and left
+    out; with no quiet pairs to spare (busy throughout), every pair counts."""
+    busy_windows = {1, 3}
+    before = _run(0.03, slow={1: 3.0, 3: 3.0})  # 50 ms a batch becomes 110 ms
+    after = _run(0.005, settings=FIX, slow={1: 2.6, 3: 2.6})  # 25 ms becomes 33 ms
+    loads = {id(w): 1.0 if i in busy_windows else 0.05 for rec in (before, after) for i, w in enumerate(rec.windows)}
+    monkeypatch.setattr("loaderdoctor.verify.other_cores", lambda rec, window=None: loads.get(id(window)))
+    v = compare(before, after, "speed")
+    assert v.verdict == "faster"
+    assert v.speedup == pytest.approx(2.0, rel=0.02) and v.pairs == 4 and v.busy_pairs == 2
+    assert v.before == pytest.approx(20.0, rel=0.02)  # the quiet windows' rate: 1 / 50 ms
+    assert "2 more pairs measured while other processes took up to 1.0 cores (3.33x to 3.33x) left out" in v.note
+    assert v.to_dict()["busy_window_pairs"] == 2
+    busy_windows.update(range(6))
+    loads.update({id(w): 1.0 for rec in (before, after) for w in rec.windows})
+    everywhere = compare(before, after, "speed")
+    assert everywhere.pairs == 6 and everywhere.busy_pairs == 0 and everywhere.speedup > 2.2
+
+
 def test_not_a_fix_only_when_slower_in_every_pair():
     v = compare(_run(0.01), _run(0.015, settings=FIX), "speed")
     assert v.verdict == "slower" and not v.helped

@@ -18,6 +18,32 @@ def add_target_args(parser: argparse.ArgumentParser, verb: str) -> None:
     parser.add_argument("target", nargs="?", default="demo", help=TARGET_HELP.format(verb=verb))
 
 
+def add_budget_arg(parser: argparse.ArgumentParser, default_s: float, what: str) -> None:
+    """--budget S: seconds of measuring in all; `what` says what they pay for ("the fix's run included")."""
+    parser.add_argument(
+        "--budget",
+        type=number("seconds", minimum=0, inclusive=False),
+        default=default_s,
+        metavar="S",
+        help=f"seconds of {what} (default {default_s:g})",
+    )
+
+
+def add_step_arg(parser: argparse.ArgumentParser, then: str = "") -> None:
+    """--step-ms MS: a simulated training step, in place of the target's; `then` says what follows from it."""
+    parser.add_argument(
+        "--step-ms",
+        type=number("milliseconds", minimum=0),
+        default=None,
+        metavar="MS",
+        help=f"simulate a training step of MS milliseconds after each batch{then} (overrides the target's step)",
+    )
+
+
+def add_json_arg(parser: argparse.ArgumentParser, schema: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print the result as JSON (schema {schema})")
+
+
 def number(what: str, *, minimum: float, inclusive: bool = True) -> Callable[[str], float]:
     """An argparse type: a finite number of `what` (e.g. "seconds") that is at least (or more than) minimum."""
 

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from loaderdoctor.check import DEFAULT_BUDGET_S, DEFAULT_EPOCHS, check
-from loaderdoctor.commands.arguments import add_target_args, count, number
+from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render.progress import LiveProgress
@@ -19,13 +19,7 @@ SCHEMA = "loaderdoctor.check/1"
 def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(NAME, help="measure a loader, name the cause, and measure the fix")
     add_target_args(parser, "check")
-    parser.add_argument(
-        "--budget",
-        type=number("seconds", minimum=0, inclusive=False),
-        default=DEFAULT_BUDGET_S,
-        metavar="S",
-        help=f"seconds of measuring in all, the fix's run included (default {DEFAULT_BUDGET_S:g})",
-    )
+    add_budget_arg(parser, DEFAULT_BUDGET_S, "measuring in all, the fix's run included")
     parser.add_argument(
         "--epochs",
         type=count("epochs", minimum=1),
@@ -33,14 +27,8 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help=f"epochs to run at most per measurement (default {DEFAULT_EPOCHS})",
     )
-    parser.add_argument(
-        "--step-ms",
-        type=number("milliseconds", minimum=0),
-        default=None,
-        metavar="MS",
-        help="simulate a training step of MS milliseconds after each batch (overrides the target's)",
-    )
-    parser.add_argument("--json", action="store_true", help=f"print the report as JSON (schema {SCHEMA})")
+    add_step_arg(parser)
+    add_json_arg(parser, SCHEMA)
     parser.add_argument("--no-verify", action="store_true", help="do not measure the prescribed settings")
 
 

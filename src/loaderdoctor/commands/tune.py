@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from loaderdoctor.commands.arguments import add_target_args, count, number
+from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render import tune as tune_render
 from loaderdoctor.render.progress import LiveProgress
@@ -20,13 +20,7 @@ SCHEMA = "loaderdoctor.tune/1"
 def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(NAME, help="search the fastest safe settings by measuring them")
     add_target_args(parser, "tune")
-    parser.add_argument(
-        "--budget",
-        type=number("seconds", minimum=0, inclusive=False),
-        default=DEFAULT_BUDGET_S,
-        metavar="S",
-        help=f"seconds of searching in all, shared by the loaders (default {DEFAULT_BUDGET_S:g})",
-    )
+    add_budget_arg(parser, DEFAULT_BUDGET_S, "searching in all, shared by the loaders")
     parser.add_argument(
         "--memory-budget",
         default=None,
@@ -34,14 +28,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
         help="most memory loading may use: workers plus batches in flight, e.g. 8G (default: half of the "
         "memory available)",
     )
-    parser.add_argument(
-        "--step-ms",
-        type=number("milliseconds", minimum=0),
-        default=None,
-        metavar="MS",
-        help="simulate a training step of MS milliseconds after each batch; then the cheapest settings that "
-        "keep up with it win (overrides the target's step)",
-    )
+    add_step_arg(parser, "; then the cheapest settings that keep up with it win")
     parser.add_argument(
         "--max-workers",
         type=count("workers", minimum=1),
@@ -50,7 +37,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
         help="never try more workers than N",
     )
     parser.add_argument("--quick", action="store_true", help="only climb the worker counts (fewer, shorter trials)")
-    parser.add_argument("--json", action="store_true", help=f"print the result as JSON (schema {SCHEMA})")
+    add_json_arg(parser, SCHEMA)
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -12,6 +12,7 @@ from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.trial import Trial
 from loaderdoctor.words import plural
 
+_NOT_COMPARED = ("other-data", "stalled", "crashed")
 _VERDICT_STYLE = {"stalled": "bold red", "crashed": "bold red", "other-data": "bold red", "over-memory": "yellow"}
 
 
@@ -28,12 +29,12 @@ def _loader(tuning: LoaderTuning) -> Group:
     memory_gb = limits.memory_bytes / 2**30
     step = "no training step" if tuning.step_ms is None else f"a training step of {tuning.step_ms:.0f} ms"
     context = Text(
-        f"  {plural(len(tuning.trials), 'trial')} in {tuning.seconds:.0f} s, {step}; limits: {limits.cores:g} "
+        f"{plural(len(tuning.trials), 'trial')} in {tuning.seconds:.0f} s, {step}; limits: {limits.cores:g} "
         f"cores, {memory_gb:.1f} GB of memory, at most {plural(limits.max_workers, 'worker')}"
         + ("; the time budget ended the search" if tuning.stopped == "budget" else ""),
         style="dim",
     )
-    parts = [Text(f"loader '{tuning.name}'", style="bold underline"), context, _table(tuning)]
+    parts = [Text(f"loader '{tuning.name}'", style="bold underline"), _indented(context), _table(tuning)]
     parts.extend(_notes(tuning))
     parts.append(_choice(tuning))
     return Group(*parts)
@@ -53,7 +54,9 @@ def _table(tuning: LoaderTuning) -> Table:
     before = tuning.baseline.batches_per_s
     for trial in tuning.trials:
         chosen = trial is tuning.chosen
-        ratio = f"{trial.batches_per_s / before:.2f}x" if trial.runs and before > 0 else ""
+        # No ratio to the baseline for other data, or for settings that stalled or crashed.
+        comparable = trial.runs and before > 0 and trial.verdict not in _NOT_COMPARED
+        ratio = f"{trial.batches_per_s / before:.2f}x" if comparable else ""
         memory = "" if trial.memory_bytes is None else f"{trial.memory_bytes / 2**20:.0f} MB"
         table.add_row(
             str(trial.number),
@@ -75,10 +78,15 @@ def _verdict(trial: Trial, tuning: LoaderTuning) -> Text:
     return Text(words, style=_VERDICT_STYLE.get(trial.verdict, ""))
 
 
-def _notes(tuning: LoaderTuning) -> list[Text]:
+def _indented(text: Text) -> Padding:
+    """Text two columns in, its wrapped lines too."""
+    return Padding(text, (0, 0, 0, 2))
+
+
+def _notes(tuning: LoaderTuning) -> list[Padding]:
     """What the table's verdicts rest on, one line (wrapped as needed) per trial that has a note."""
     return [
-        Text.assemble((f"  #{trial.number} {trial.verdict}: ", "dim bold"), (trial.note, "dim"))
+        _indented(Text.assemble((f"#{trial.number} {trial.verdict}: ", "dim bold"), (trial.note, "dim")))
         for trial in tuning.trials
         if trial.note
     ]
@@ -86,23 +94,19 @@ def _notes(tuning: LoaderTuning) -> list[Text]:
 
 def _choice(tuning: LoaderTuning) -> Group:
     if not tuning.found:
-        return Group(
-            Text(
-                "  Nothing tried delivered batches: every trial stalled, crashed or was refused. "
-                "Run `loaderdoctor check` on this loader to see why.",
-                style="bold red",
-            )
+        nothing = Text(
+            "Nothing tried delivered batches: every trial stalled, crashed or was refused. "
+            "Run `loaderdoctor check` on this loader to see why.",
+            style="bold red",
         )
+        return Group(_indented(nothing))
     chosen, baseline = tuning.chosen, tuning.baseline
     speedup = tuning.speedup
     if chosen is baseline or chosen.settings == baseline.settings:
-        headline = Text("  Your settings are already the best found: keep them.", style="bold green")
-        return Group(headline)
+        return Group(_indented(Text("Your settings are already the best found: keep them.", style="bold green")))
     gain = "" if speedup is None else f" {speedup:.2f}x the baseline"
     why = f"{baseline.batches_per_s:.1f} -> {chosen.batches_per_s:.1f} batches/s, medians of the runs"
     if tuning.step_ms is not None and chosen.keeps_up:
         why += f"; the cheapest settings found that keep up with the {tuning.step_ms:.0f} ms step"
-    headline = Text.assemble(
-        ("  Chosen: ", "bold"), (chosen.settings.describe(), "bold green"), (f":{gain} ({why})", "")
-    )
-    return Group(headline, Padding(code_block(chosen.settings.snippet()), (0, 0, 0, 4)))
+    headline = Text.assemble(("Chosen: ", "bold"), (chosen.settings.describe(), "bold green"), (f":{gain} ({why})", ""))
+    return Group(_indented(headline), Padding(code_block(chosen.settings.snippet()), (0, 0, 0, 4)))

@@ -24,7 +24,7 @@ from loaderdoctor.rules._common import (
     steady_interval_s,
     time_cost_severity,
 )
-from loaderdoctor.usage import LoadingCpu, loading_cpu
+from loaderdoctor.usage import BUSY_OTHER_CORES, LoadingCpu, loading_cpu
 from loaderdoctor.words import plural
 
 # Workers that wait on I/O: more of them than cores helps, up to a point where memory and open files cost
@@ -66,9 +66,9 @@ def _workers_to_fill(workers: int, fraction: float, cpu: LoadingCpu) -> int:
     as long as their CPU together still fits the cores available."""
     loaders = max(workers, 1)
     needed = math.ceil(round(loaders / (1.0 - fraction) * IO_HEADROOM, 6)) if fraction < 1 else MAX_IO_WORKERS
-    suggested = max(needed, 2 * round(cpu.available_cores), 4)
+    suggested = max(needed, 2 * round(cpu.own_cores), 4)
     if cpu.per_loader > 0:
-        suggested = min(suggested, max(math.floor(cpu.available_cores / cpu.per_loader + 1e-9), 1))
+        suggested = min(suggested, max(math.floor(cpu.own_cores / cpu.per_loader + 1e-9), 1))
     return min(MAX_IO_WORKERS, suggested)
 
 
@@ -76,22 +76,28 @@ def _cpu_words(cpu: LoadingCpu, workers: int) -> str:
     """What loading's CPU was, in the numbers that decide the fix: 'its 4 workers kept 1.9 of the 2
     available cores busy'."""
     who = "the main process" if workers == 0 else f"its {plural(workers, 'worker')}"
-    return f"{who} kept {cpu.cores:.1f} of the {cpu.available_cores:.1f} available cores busy"
+    words = f"{who} kept {cpu.cores:.1f} of the {cpu.available_cores:.1f} available cores busy"
+    if cpu.other_cores is not None and cpu.other_cores >= BUSY_OTHER_CORES:
+        words += f" while other processes took {cpu.other_cores:.1f}"
+    return words
+
+
+def _worker_per_core(cores: int, why: str) -> tuple[dict[str, Any], str]:
+    change = {"num_workers": cores, "persistent_workers": True}
+    return change, (
+        f"{why}: use {plural(cores, 'worker')}, one per core, so batches are prepared while the step runs, and keep "
+        "them alive between epochs."
+    )
 
 
 def _loading_fix(rec: Recording, fraction: float, cpu: LoadingCpu | None) -> tuple[dict[str, Any], str]:
     """The settings change and the words for input-bound loading, following what loading's CPU shows."""
     workers = rec.settings.num_workers
-    cores = max(1, round(cpu.available_cores if cpu is not None else rec.host.usable_cores))
+    cores = max(1, round(cpu.own_cores if cpu is not None else rec.host.usable_cores))
     where = "in the main process, between training steps" if workers == 0 else f"in {plural(workers, 'worker')}"
     if cpu is None:
         if workers < cores:
-            change = {"num_workers": cores, "persistent_workers": True}
-            return change, (
-                f"Loading runs {where}; whether it computes or waits could not be measured: use "
-                f"{plural(cores, 'worker')}, one per core, so batches are prepared while the step runs, and keep "
-                "them alive between epochs."
-            )
+            return _worker_per_core(cores, f"Loading runs {where}; whether it computes or waits could not be measured")
         return {}, (
             f"Loading runs {where}, and whether it computes or waits could not be measured: run "
             "`loaderdoctor tune` to measure other worker counts."
@@ -101,11 +107,7 @@ def _loading_fix(rec: Recording, fraction: float, cpu: LoadingCpu | None) -> tup
     saturated = workers == 0 or fraction > CRITICAL_TIME_SHARE
     if cpu.share >= COMPUTING_SHARE:
         if workers < cores:
-            change = {"num_workers": cores, "persistent_workers": True}
-            return change, (
-                f"Loading computes ({_cpu_words(cpu, workers)}) {where}: use {plural(cores, 'worker')}, one per "
-                "available core, so batches are prepared while the step runs, and keep them alive between epochs."
-            )
+            return _worker_per_core(cores, f"Loading computes ({_cpu_words(cpu, workers)}) {where}")
         return {}, (
             f"Loading is CPU-bound: {_cpu_words(cpu, workers)}, so more workers cannot help: make each "
             "sample cheaper (decode once and cache, smaller images), use threads for work that releases the GIL, "
@@ -125,11 +127,7 @@ def _loading_fix(rec: Recording, fraction: float, cpu: LoadingCpu | None) -> tup
             "read less per sample (smaller or pre-decoded files), read faster storage, or cache the data locally."
         )
     if workers < cores:
-        change = {"num_workers": cores, "persistent_workers": True}
-        return change, (
-            f"Loading runs {where} ({_cpu_words(cpu, workers)}): use {plural(cores, 'worker')}, one per available "
-            "core, so batches are prepared while the step runs, and keep them alive between epochs."
-        )
+        return _worker_per_core(cores, f"Loading runs {where} ({_cpu_words(cpu, workers)})")
     return {}, (
         f"Loading nearly keeps up ({_cpu_words(cpu, workers)}); whether more "
         "workers would help cannot be told from its CPU: run `loaderdoctor tune` to measure them."
