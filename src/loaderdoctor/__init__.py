@@ -1,7 +1,7 @@
 """loaderdoctor: find out why a PyTorch training job waits on its data, and prove the fix by measuring it."""
 
 from loaderdoctor.check import check
-from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, UsageError
 from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.report import Finding, Report, Verification
@@ -16,6 +16,7 @@ __all__ = [
     "GuardedLoader",
     "LoaderDoctorError",
     "LoaderDoctorWarning",
+    "LoaderGaveUp",
     "Report",
     "Settings",
     "TuneReport",

@@ -18,6 +18,7 @@ from loaderdoctor.rules.data import duplicate_samples
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tune.measure import measurement
 from loaderdoctor.tune.run import MIN_TRIAL_S, default_memory_budget, tune_loader
+from loaderdoctor.userstate import user_state_kept
 from loaderdoctor.verify import verify
 from loaderdoctor.watchdog import StallPolicy
 from loaderdoctor.workload import Step
@@ -51,29 +52,31 @@ def check(
 ) -> Report:
     """Measure every loader of `target_or_loader` within about `budget_s` seconds in all (workers' start-up
     comes on top), name what is wrong, and measure the prescribed settings against the original ones too
-    (unless verify_fix is False)."""
+    (unless verify_fix is False). The loaders are left as they were found: their generators and the global
+    random states are restored afterwards (see user_state_kept)."""
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
     resolved = targets.resolve_any(target_or_loader, "check")
     try:
-        step = resolved.workload.training_step(step_ms)
-        deadline = time.monotonic() + budget_s
-        reports: dict[str, LoaderReport] = {}
-        names = list(resolved.loaders)
-        for number, name in enumerate(names):
-            loader_budget = max(1.0, (deadline - time.monotonic()) / (len(names) - number))
-            spec = LoaderSpec.from_loader(resolved.loaders[name])
-            reports[name] = _check_loader(
-                name,
-                spec,
-                budget_s=loader_budget,
-                epochs=epochs,
-                step=step,
-                verify_fix=verify_fix,
-                policy=policy,
-                progress=progress,
-            )
-        return Report(resolved.target, reports)
+        with user_state_kept(resolved.loaders.values()):
+            step = resolved.workload.training_step(step_ms)
+            deadline = time.monotonic() + budget_s
+            reports: dict[str, LoaderReport] = {}
+            names = list(resolved.loaders)
+            for number, name in enumerate(names):
+                loader_budget = max(1.0, (deadline - time.monotonic()) / (len(names) - number))
+                spec = LoaderSpec.from_loader(resolved.loaders[name])
+                reports[name] = _check_loader(
+                    name,
+                    spec,
+                    budget_s=loader_budget,
+                    epochs=epochs,
+                    step=step,
+                    verify_fix=verify_fix,
+                    policy=policy,
+                    progress=progress,
+                )
+            return Report(resolved.target, reports)
     finally:
         resolved.close()
 

@@ -23,5 +23,11 @@ class UsageError(LoaderDoctorError):
     exit_status = 2
 
 
+class LoaderGaveUp(LoaderDoctorError, RuntimeError):
+    """The guard gave up on a loader (no restart or rung left): a RuntimeError, as what torch raises where the
+    plain DataLoader would have failed (a dead worker, a timeout), so the user's `except RuntimeError` still
+    catches it."""
+
+
 class LoaderDoctorWarning(UserWarning):
     """Warnings that loaderdoctor itself issues."""

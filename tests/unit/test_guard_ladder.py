@@ -41,9 +41,24 @@ def test_workers_that_cannot_be_pickled_keep_their_start_method():
 def test_a_rung_keeps_the_other_settings():
     rung = next_rung(Settings(num_workers=2, start_method="fork", persistent_workers=True, prefetch_factor=4), "stall")
     assert rung == Settings(num_workers=2, start_method="forkserver", persistent_workers=True, prefetch_factor=4)
-    assert next_rung(Settings(num_workers=1, start_method="spawn", persistent_workers=True), "worker-died") == (
+    assert next_rung(Settings(num_workers=1, start_method="spawn", persistent_workers=True), "stall") == (
         Settings(num_workers=0)
     )
+
+
+def test_after_a_worker_died_loading_never_comes_into_the_main_process():
+    # A sample that segfaults or exhausts memory would end the training process there.
+    died = [(s.num_workers, s.start_method) for s in _walk_died(Settings(num_workers=2, start_method="fork"))]
+    assert died == [(2, "forkserver"), (2, "spawn"), (1, "spawn")]
+    assert next_rung(Settings(num_workers=1, start_method="spawn"), "worker-died") is None
+    assert next_rung(Settings(num_workers=1, start_method="fork"), "worker-died", picklable=False) is None
+
+
+def _walk_died(settings: Settings) -> list[Settings]:
+    rungs = []
+    while (settings := next_rung(settings, "worker-died")) is not None:
+        rungs.append(settings)
+    return rungs
 
 
 def test_per_worker_streams_keep_their_number_of_workers_but_one_goes_to_the_main_process():

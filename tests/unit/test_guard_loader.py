@@ -244,3 +244,23 @@ def test_worker_death_messages_name_their_pids():
     assert dead_worker_pids(RuntimeError("Pin memory thread exited unexpectedly")) == []
     assert is_worker_death(RuntimeError("DataLoader worker (pid 9) is killed by signal: Killed."))
     assert not is_worker_death(ValueError("is killed by signal"))
+
+
+def test_setting_the_loaders_attributes_behaves_as_with_torch():
+    plain, guarded = DataLoader(Pairs(), batch_size=4), GuardedDataLoader(Pairs(), batch_size=4)
+
+    def indices(samples: list) -> list:
+        return [index for _, index in samples]
+
+    for loader in (plain, guarded):
+        with pytest.raises(ValueError, match="batch_size attribute should not be set after DataLoader is initialized"):
+            loader.batch_size = 2
+        iterator = iter(loader)
+        loader.collate_fn = indices  # from the next iter() on
+        assert torch.equal(next(iterator)[1], torch.tensor([0, 1, 2, 3])) and loader.collate_fn is indices
+        assert next(iter(loader)) == [0, 1, 2, 3]
+    guarded.timeout = 7  # read back, and the user's deadline from the next iter() on
+    assert guarded.loader.timeout == 7 and guarded.timeout == 7
+    iter(guarded)
+    assert guarded.policy.floor_s == 2 * 7 + 5.0
+    guarded.close()

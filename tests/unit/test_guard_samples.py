@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.guard import guard
-from loaderdoctor.guard.samples import MIN_SAMPLES_FOR_FRACTION, GuardedSamples, Request, SkipReports, TaggedPlan
+from loaderdoctor.guard.samples import GuardedSamples, Request, SkipReports, Tagger, bad_share_floor, too_many_bad
 from loaderdoctor.indexed import SampleFailure, parse_sample_failures
 
 pytestmark = pytest.mark.timeout(30)
@@ -171,23 +171,45 @@ def test_without_bad_samples_skip_yields_what_the_plain_loader_does():
 
 
 def test_too_many_bad_samples_end_the_run_naming_them():
-    # 8 per batch; max_bad_fraction=0.02 allows 2 bad samples among the first 100 (the least the share is taken
-    # of), so the third, at sample 95 (batch 11), ends the run; one bad sample early on does not.
-    assert MIN_SAMPLES_FOR_FRACTION == 100
-    dataset = Numbered(240, bad={5, 50, 95, 200})
+    # One sample in ten is bad (5, 15, 25, ...) against max_bad_fraction=0.02: the run ends at the first batch
+    # where the share's 99.9% lower bound passes 2%, not before. The count goes on over the loader's life.
+    dataset = Numbered(400, bad={i for i in range(400) if i % 10 == 5})
     with guard(DataLoader(dataset, batch_size=8), on_sample_error="skip", max_bad_fraction=0.02) as guarded:
         delivered = []
         with pytest.raises(LoaderDoctorError) as raised:
             delivered.extend(b.tolist() for b in guarded)
-        assert len(delivered) == 11 and guarded.skipped == [5, 50, 95]
-        # The count goes on over the loader's life: the next epoch's first bad sample ends it again.
-        with pytest.raises(LoaderDoctorError, match=r"epoch 1, batch 0: 4 of the 104 samples seen"):
+        seen = 8 * (len(delivered) + 1)
+        bad = len(guarded.skipped)
+        assert 0 < len(delivered) < 50 and guarded.skipped == list(range(5, 10 * bad, 10))
+        assert too_many_bad(bad, seen, 0.02) and not too_many_bad(bad - 1, seen - 8, 0.02)
+        with pytest.raises(LoaderDoctorError, match=rf"epoch 1, batch 0: {bad + 1} of the {seen + 8} samples seen"):
             list(guarded)
     message = raised.value.message
-    assert message.startswith("the guarded DataLoader stopped at epoch 0, batch 11: 3 of the 96 samples seen failed")
-    assert "max_bad_fraction=0.02" in message and "Bad indices: 5, 50, 95." in message
-    assert message.endswith("Last error: dataset[95] raised ValueError: bad sample 95")
+    assert message.startswith(
+        f"the guarded DataLoader stopped at epoch 0, batch {len(delivered)}: {bad} of the {seen} samples seen failed"
+    )
+    assert f"a bad share of at least {bad_share_floor(bad, seen):.1%} (at 99.9% confidence)" in message
+    assert "over max_bad_fraction=0.02" in message and "Bad indices: 5, 15, 25" in message
     assert "max_bad_fraction" in raised.value.hint
+
+
+def test_a_few_bad_samples_met_early_do_not_end_the_run():
+    # 0.3% bad against the default 1%: 2 of the first 128 samples are bad, which a share taken of at least 100
+    # samples ended (2 > 1.28); over the loader's life the share stays under the limit.
+    dataset = Numbered(1000, bad={3, 70, 500})
+    with guard(DataLoader(dataset, batch_size=8), on_sample_error="skip") as guarded:
+        for _ in range(3):
+            assert len(list(guarded)) == 125
+        assert guarded.skipped == [3, 70, 500] * 3
+
+
+def test_the_bad_share_bound_is_the_exact_lower_end_then_wilsons():
+    assert bad_share_floor(0, 100) == 0.0
+    assert bad_share_floor(1, 3) == pytest.approx(1 - 0.999 ** (1 / 3), rel=1e-6)  # exact: 1 - (1 - p)^3 = 0.001
+    assert bad_share_floor(2, 128) == pytest.approx(0.00036, abs=1e-5)  # 1.6% seen, could well be under 1%
+    assert bad_share_floor(100, 1000) == pytest.approx(0.0744, abs=1e-3)  # Wilson's, above 50 bad samples
+    assert bad_share_floor(50, 500) == pytest.approx(bad_share_floor(51, 510), abs=0.005)  # the two meet
+    assert not too_many_bad(2, 128, 0.01) and too_many_bad(100, 1000, 0.05) and too_many_bad(1, 10**6, 0)
 
 
 def test_max_bad_fraction_zero_ends_the_run_at_the_first_bad_sample():
@@ -260,10 +282,9 @@ def test_the_wrapper_passes_attributes_both_ways_and_pickles():
     assert (request.index, request.tag) == ([1, 2], (3, 4))
 
 
-def test_a_tagged_plan_tags_each_batch_with_its_position():
-    plan = TaggedPlan([[0, 1], [2, 3], [4]], iteration=5)
-    assert len(plan) == 3 and (plan[2].index, plan[2].tag) == ([4], (5, 2))
-    assert [(r.index, r.tag) for r in plan] == [([0, 1], (5, 0)), ([2, 3], (5, 1)), ([4], (5, 2))]
+def test_a_tagger_tags_each_batch_with_its_iterator_and_position():
+    request = Tagger(iteration=5)(2, [4])
+    assert (request.index, request.tag) == ([4], (5, 2))
 
 
 def test_reports_of_batches_never_delivered_are_dropped(tmp_path):

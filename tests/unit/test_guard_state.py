@@ -64,7 +64,7 @@ def test_a_run_resumed_mid_epoch_delivers_what_an_uninterrupted_run_does(kwargs)
         half = len(first) // 2
         got.append(_indices(next(iterator) for _ in range(half)))
         state = _saved(first.state_dict())
-    assert state["epoch"] == 2 and state["position"] == half and len(state["remaining"]) == len(first) - half
+    assert state["epoch"] == 2 and state["position"] == half and state["epoch_started"]
     with guard(_loader(seed=SEED + 1, **kwargs)) as resumed:  # another seed: the state's generator wins
         resumed.load_state_dict(state)
         got[2] += _indices(resumed)
@@ -77,7 +77,7 @@ def test_a_state_taken_between_epochs_resumes_at_the_next_epochs_start():
     with guard(_loader()) as first:
         got = [_indices(first) for _ in range(2)]
         state = _saved(first.state_dict())
-    assert state["epoch"] == 2 and state["position"] == 0 and state["remaining"] is None
+    assert state["epoch"] == 2 and state["position"] == 0 and not state["epoch_started"]
     with guard(_loader()) as resumed:
         resumed.load_state_dict(state)
         got.append(_indices(resumed))
@@ -90,12 +90,12 @@ def test_a_state_after_the_last_batch_but_before_stop_iteration_is_between_epoch
         for _ in range(len(first)):
             next(iterator)
         state = first.state_dict()
-    assert state["epoch"] == 1 and state["remaining"] is None
+    assert state["epoch"] == 1 and not state["epoch_started"]
 
 
 def test_a_fresh_loaders_state_starts_at_epoch_0_and_a_loaded_state_is_given_back_unchanged():
     with guard(_loader()) as fresh:
-        assert fresh.state_dict()["epoch"] == 0 and fresh.state_dict()["remaining"] is None
+        assert fresh.state_dict()["epoch"] == 0 and not fresh.state_dict()["epoch_started"]
         iterator = iter(fresh)
         next(iterator)
         state = _saved(fresh.state_dict())
@@ -162,12 +162,14 @@ def _state() -> dict:
 @pytest.mark.parametrize(
     ("change", "loader", "words"),
     [
-        ({"version": STATE_VERSION + 1}, {}, f"of version {STATE_VERSION + 1}; this loaderdoctor reads version 1"),
+        ({"version": STATE_VERSION + 1}, {}, f"of version {STATE_VERSION + 1}; this loaderdoctor reads version 2"),
         ({}, {"dataset": Indices(31)}, "saved from a loader with dataset_length=30; this one has dataset_length=31"),
         ({}, {"batch_size": 5}, "batch_size=4; this one has batch_size=5"),
         ({}, {"generator": None}, r"holds the generators \['generator'\].*this loader has none"),
-        ({"remaining": [[0, 1], [99]]}, {}, "remaining must be a list of lists of indices within the dataset"),
-        ({"remaining": [1, 2]}, {}, "remaining must be a list of lists of indices"),
+        ({"position": 99}, {}, "position 99 is past the end of the epoch, which has 8 batches"),
+        ({"epoch_started": "yes"}, {}, "epoch_started must be true or false"),
+        ({"epoch_started": False}, {}, "epoch_started, position and global_generator disagree"),
+        ({"global_generator": [1, 2]}, {}, "torch's global generator is not a list of 5056 bytes"),
         ({"seed_state": [0, 1]}, {}, "workers' seed generator is not a list of 5056 bytes"),
         ({"position": -1}, {}, "must be whole numbers"),
         ({"skipped": ["x"]}, {}, "skipped must be a list of indices"),
@@ -183,9 +185,9 @@ def test_a_state_that_does_not_fit_is_refused_saying_what_differs(change, loader
 
 def test_a_state_lacking_keys_or_not_a_dict_is_refused():
     state = _state()
-    del state["remaining"]
+    del state["epoch_started"]
     with guard(_loader()) as resumed:
-        with pytest.raises(UsageError, match="the state lacks remaining"):
+        with pytest.raises(UsageError, match="the state lacks epoch_started"):
             resumed.load_state_dict(state)
         with pytest.raises(UsageError, match="expects the dict that state_dict\\(\\) returns, not list"):
             resumed.load_state_dict([])

@@ -226,7 +226,7 @@ def _map_state() -> dict:
 @pytest.mark.parametrize(
     ("change", "loader", "words"),
     [
-        ({"version": STATE_VERSION + 1}, {}, f"of version {STATE_VERSION + 1}; this loaderdoctor reads version 1"),
+        ({"version": STATE_VERSION + 1}, {}, f"of version {STATE_VERSION + 1}; this loaderdoctor reads version 2"),
         ({}, {"batch_size": 5}, "batch_size=4; this one has batch_size=5"),
         ({}, {"generator": torch.Generator()}, r"holds the generators none .*this loader has \['generator'\]"),
         (

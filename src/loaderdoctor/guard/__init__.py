@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch.utils.data
 from torch.utils.data.dataloader import DataLoader as _TorchDataLoader  # torch's own, even while patch() is on
 
+from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.guard.patch import is_patched, patch, patched, unpatch
+from loaderdoctor.guard.plan import check_resumable
 from loaderdoctor.watchdog import StallPolicy
+
+log = logging.getLogger("loaderdoctor")
 
 __all__ = ["DataLoader", "GuardEvent", "GuardedLoader", "guard", "is_patched", "patch", "patched", "unpatch"]
 
@@ -33,8 +38,8 @@ def guard(
     default); False keeps workers that restart every epoch.
     on_sample_error: "raise" (a sample that raises fails its batch with an error of its own class naming its
     index) or "skip" (it is replaced by the next index that loads, and recorded; see guard/samples.py).
-    max_bad_fraction: under "skip", the share of bad samples past which the run ends with an error (taken of
-    at least 100 samples, over the loader's life).
+    max_bad_fraction: under "skip", the share of bad samples past which the run ends with an error, once the
+    samples seen (over the loader's life) show it at 99.9% confidence, so a few bad samples met early do not.
     """
     return GuardedLoader(
         loader,
@@ -53,9 +58,16 @@ def DataLoader(  # named like the class it stands in for
     on_sample_error: str = "raise",
     max_bad_fraction: float = 0.01,
     **kwargs: Any,
-) -> GuardedLoader:
-    """A torch.utils.data.DataLoader made from the same arguments, guarded (see guard())."""
+) -> GuardedLoader | torch.utils.data.DataLoader:
+    """A torch.utils.data.DataLoader made from the same arguments, guarded (see guard()). An IterableDataset
+    without state_dict()/load_state_dict(), which the guard cannot resume, gets torch's DataLoader as it is,
+    said in the log."""
     loader = _TorchDataLoader(*args, **kwargs)
+    try:
+        check_resumable(loader)
+    except UsageError as error:
+        log.warning("loaderdoctor.DataLoader: this DataLoader is not guarded: %s", error.message)
+        return loader
     return guard(
         loader,
         stall_timeout=stall_timeout,

@@ -15,10 +15,11 @@ def next_rung(
 ) -> Settings | None:
     """The Settings to retry with after a `reason` failure, or None when no rung is left.
 
-    fork -> forkserver -> spawn; then half the workers, down to 1; last num_workers=0. Without `picklable`
+    fork -> forkserver -> spawn; then half the workers, down to 1; last num_workers=0, after a stall only: a
+    sample that killed a worker is never loaded in the main process, where it would kill the training process
+    (torch's own DataLoader raises then, and so does the guard once no rung is left). Without `picklable`
     (the dataset or its functions cannot be sent to a fresh process) the start method stays. Every reason
-    walks the same ladder for now; it is an argument so that a later rung can depend on it (an OOM kill,
-    say, is better met with fewer workers at once).
+    walks the same ladder down to one worker.
 
     With `per_worker_streams` (an IterableDataset, whose saved states are one per worker's stream and map only
     onto as many workers) the number of workers stays, so the ladder ends after the start methods; only one
@@ -33,6 +34,8 @@ def next_rung(
         return settings.replace(start_method=safer)
     if settings.num_workers > 1:
         return None if per_worker_streams else settings.replace(num_workers=settings.num_workers // 2)
+    if reason == "worker-died":
+        return None  # what killed a worker (a segfault, the OOM killer) would kill the training process
     return settings.replace(num_workers=0)
 
 

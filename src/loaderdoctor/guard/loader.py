@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, UsageError
 from loaderdoctor.forksafety import ForkHazards, forkserver_blocker, iterator_facts
 from loaderdoctor.guard import children
 from loaderdoctor.guard.events import GuardEvent
@@ -23,17 +23,26 @@ from loaderdoctor.guard.inner import Inner, Resources
 from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.guard.options import check_sample_options, stall_policy
 from loaderdoctor.guard.plan import (
+    EpochPlan,
     PlannedBatchSampler,
     check_resumable,
-    draw_epoch_plan,
-    plain_batches,
     plan_generators,
+    replayed,
+    start_epoch,
 )
 from loaderdoctor.guard.safe import SettingChange, persistent_workers_change, start_method_change
-from loaderdoctor.guard.samples import MIN_SAMPLES_FOR_FRACTION, GuardedSamples, SkipReports, TaggedPlan
+from loaderdoctor.guard.samples import (
+    BAD_SHARE_CONFIDENCE,
+    GuardedSamples,
+    SkipReports,
+    Tagger,
+    bad_share_floor,
+    too_many_bad,
+)
 from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, checked_stream_state, dataset_length
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
 from loaderdoctor.guard.texts import stuck_text
+from loaderdoctor.guard.workerview import UsersDatasetHook
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter, kept_interrupter
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
@@ -81,9 +90,9 @@ class GuardedLoader:
     A sample the dataset fails to load (see guard/samples.py for the exact rules): with
     on_sample_error="raise" the batch raises an error of the sample's own exception class naming its index,
     with the original traceback; with "skip" it is replaced by the next index that loads, a "sample-skipped"
-    event records it and `skipped` lists its index, and once more than `max_bad_fraction` of the samples seen
-    (taken of at least MIN_SAMPLES_FOR_FRACTION samples, over the loader's life) failed, a LoaderDoctorError
-    naming them ends the run.
+    event records it and `skipped` lists its index, and once the samples seen (over the loader's life) show a bad
+    share over `max_bad_fraction` at BAD_SHARE_CONFIDENCE (see too_many_bad), a LoaderDoctorError naming them
+    ends the run.
 
     Without workers (num_workers=0) loading runs in the main process: on a stall the guard takes the main
     thread's stack and, when next() runs in the main thread, interrupts the stuck next() (with SIGUSR2, whose
@@ -129,8 +138,10 @@ class GuardedLoader:
             raise UsageError(f"max_restarts must be a whole number, 0 or more, not {max_restarts!r}")
         self._iterable = isinstance(loader.dataset, IterableDataset)
         check_sample_options(on_sample_error, max_bad_fraction, iterable=self._iterable)
+        self._loader_changed = False  # the user set an attribute of the loader: re-read at the next iter()
+        self._policy_option, self._persistent_option = stall_timeout, persistent_workers
         self.loader = loader
-        self.policy = stall_policy(stall_timeout)
+        self.policy = stall_policy(stall_timeout, users_timeout_s=float(loader.timeout))
         self.max_restarts = max_restarts
         self.events: list[GuardEvent] = []
         self.restarts = 0
@@ -149,7 +160,7 @@ class GuardedLoader:
         self.settings = settings
         self.tried: list[Settings] = []  # every Settings an iterator was started with, in order
         self._epoch = -1
-        self._plan: list[Any] = []
+        self._plan = EpochPlan(None, length=0)
         self._position = 0  # the plan position of the next batch to deliver: the batches delivered this epoch
         # Over an IterableDataset: the state of each worker's stream after its last batch delivered this epoch.
         self._streams = StreamRecord()
@@ -179,26 +190,56 @@ class GuardedLoader:
             raise AttributeError(name)
         return getattr(self.loader, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """The DataLoader's own attributes are set on it, as torch sets them (a ValueError for those torch fixes
+        after construction: batch_size, sampler, dataset...); the others (collate_fn, num_workers, timeout...)
+        apply from the next iter() on, as with torch's DataLoader."""
+        loader = self.__dict__.get("loader")
+        if loader is None or name.startswith("_") or name in self.__dict__ or not _is_loader_attribute(loader, name):
+            object.__setattr__(self, name, value)
+            return
+        setattr(loader, name, value)
+        self._loader_changed = True
+
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         self._end_epoch()
+        if self._loader_changed:
+            self._reread_loader()
         if self._resume_pending:
             self._resume_pending = False  # the loaded epoch, plan and position stand
         else:
             self._epoch += 1
             first = self._epoch == 0 and getattr(self.loader, "_iterator", None) is None
-            plan = draw_epoch_plan(self.loader, draws_base_seed=first or not self._user_persistent)
+            plan = start_epoch(self.loader, draws_base_seed=first or not self._user_persistent)
             if plan.seed_state is not None:
                 self._seed_state = plan.seed_state
-            self._plan, self._position = plan.batches, 0
+            self._plan, self._position = plan, 0
             self._streams.reset()
         self._exhausted = False
         self._consumer = threading.current_thread()
         self._active = True
         self._open()
         return _EpochIterator(self, self._epoch)
+
+    def _reread_loader(self) -> None:
+        """Take the user's loader as it is now, after attributes were set on it: new settings (the guard's safe
+        changes made again) and a new internal loader at this iter()."""
+        self._loader_changed = False
+        self._close_inner()
+        self._spec = LoaderSpec.from_loader(self.loader)
+        self._explicit_start = self._spec.settings.start_method is not None
+        self.policy = stall_policy(self._policy_option, users_timeout_s=float(self.loader.timeout))
+        settings = self._spec.settings
+        if self._persistent_option is not None and settings.num_workers:
+            settings = settings.replace(persistent_workers=self._persistent_option)
+        self.settings = settings
+        self._blocker_known = False
+        change = persistent_workers_change(settings, explicit=self._persistent_option is False)
+        if change is not None:
+            self._apply(change)
 
     def close(self) -> None:
         """End the workers now, persistent ones included; iterating again starts new ones."""
@@ -210,13 +251,15 @@ class GuardedLoader:
         """Where this loader stands, as plain JSON-ready data, for load_state_dict() on a loader built the same
         way, whose next iter() then resumes at the first batch not yet delivered.
 
-        "epoch" is the epoch the next batch belongs to; mid-epoch, "position" counts its batches delivered and
-        "remaining" holds the rest of its plan (lists of indices: up to one epoch's, about as many ints as the
-        dataset has samples); between epochs "remaining" is None and the next iter() starts "epoch" afresh.
-        "generators" holds the state of each generator the plans are drawn from, by where it sits on the loader
-        (see plan_generators), and "seed_state" the one the workers' base seed is drawn from: a CPU generator's
-        state is 5056 ints from 0 to 255. Then the restart count, `skipped` and the samples seen by the
-        bad-sample budget, which go on counting after a resume.
+        "epoch" is the epoch the next batch belongs to. Mid-epoch ("epoch_started": true), "position" counts its
+        batches delivered, "generators" holds the state that each generator the plans are drawn from (by where
+        it sits on the loader, see plan_generators) had when the epoch began drawing its batches, and
+        "global_generator" torch's global generator's state then: load_state_dict() draws the epoch again from
+        there up to the position, so the state stays small whatever the dataset's length (a CPU generator's
+        state is 5056 ints from 0 to 255), and an endless sampler resumes too. Between epochs
+        ("epoch_started": false) "position" is 0, "generators" holds their states now and "global_generator"
+        is None. "seed_state" holds the state the workers' base seed is drawn from. Then the restart count,
+        `skipped` and the samples seen by the bad-sample budget, which go on counting after a resume.
 
         Over an IterableDataset the state has "dataset": "iterable" and no plan: "position" counts the epoch's
         batches delivered, "worker_states" maps each worker id (as a string; "0" for loading in the main
@@ -227,23 +270,31 @@ class GuardedLoader:
         """
         if self._iterable:
             return self._stream_state()
-        mid_epoch = self._epoch >= 0 and self._position < len(self._plan)
-        remaining = self._plan[self._position :] if mid_epoch else None
+        mid_epoch = self._mid_epoch()
+        generators = (
+            self._plan.start_states
+            if mid_epoch
+            else {place: g.get_state() for place, g in plan_generators(self.loader).items()}
+        )
+        global_state = self._plan.global_state if mid_epoch else None
         return {
             "version": STATE_VERSION,
             "dataset_length": dataset_length(self.loader),
             "batch_size": self.loader.batch_size,
             "epoch": self._epoch if mid_epoch else self._epoch + 1,
             "position": self._position if mid_epoch else 0,
-            "remaining": None
-            if remaining is None
-            else plain_batches(remaining, batched=self._spec.batch_sampler is not None),
-            "generators": {place: g.get_state().tolist() for place, g in plan_generators(self.loader).items()},
+            "epoch_started": mid_epoch,
+            "generators": {place: state.tolist() for place, state in generators.items()},
+            "global_generator": None if global_state is None else global_state.tolist(),
             "seed_state": None if self._seed_state is None else self._seed_state.tolist(),
             "restarts": self.restarts,
             "skipped": list(self.skipped),
             "samples_seen": self._samples_seen,
         }
+
+    def _mid_epoch(self) -> bool:
+        """Whether an epoch has begun and has batches left to deliver."""
+        return self._epoch >= 0 and not self._exhausted and not self._plan.ends_at(self._position)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next iter() resume where `state` (from state_dict()) was taken: the batches not yet
@@ -257,28 +308,40 @@ class GuardedLoader:
             self._load_stream_state(state)
             return
         checked = checked_state(state, self.loader)
+        plan = None
+        if checked["epoch_started"]:
+            before = {place: g.get_state() for place, g in plan_generators(self.loader).items()}
+            try:
+                plan = replayed(
+                    self.loader,
+                    checked["generators"],
+                    checked["global_generator"],
+                    checked["position"],
+                    checked["seed_state"],
+                )
+            except UsageError:
+                for place, generator in plan_generators(self.loader).items():
+                    generator.set_state(before[place])  # refused: nothing changed
+                raise
         self._end_epoch()
         self._close_inner()  # the next workers start from the loaded seed state
-        for place, generator in plan_generators(self.loader).items():
-            generator.set_state(checked["generators"][place])
         self._seed_state = checked["seed_state"]
         self.restarts = checked["restarts"]
         self.skipped = list(checked["skipped"])
         self._samples_seen = checked["samples_seen"]
-        epoch, position, remaining = checked["epoch"], checked["position"], checked["remaining"]
-        self._resume_pending = remaining is not None
-        if remaining is None:
-            self._epoch, self._plan, self._position = epoch - 1, [], 0
+        epoch, position = checked["epoch"], checked["position"]
+        self._resume_pending = plan is not None
+        if plan is None:
+            for place, generator in plan_generators(self.loader).items():
+                generator.set_state(checked["generators"][place])
+            self._epoch, self._plan, self._position, self._exhausted = epoch - 1, EpochPlan(None, length=0), 0, True
             log.info("loaderdoctor guard: state loaded: the next iter() starts epoch %d", epoch)
-        else:
-            # The delivered batches' places are kept (as None) so that positions stay the epoch's own.
-            self._epoch, self._plan, self._position = epoch, [None] * position + remaining, position
-            log.info(
-                "loaderdoctor guard: state loaded: the next iter() resumes epoch %d at batch %d of %d",
-                epoch,
-                position,
-                len(self._plan),
-            )
+            return
+        self._plan, self._epoch, self._position, self._exhausted = plan, epoch, position, False
+        of = "" if plan.length is None else f" of {plan.length}"
+        log.info(
+            "loaderdoctor guard: state loaded: the next iter() resumes epoch %d at batch %d%s", epoch, position, of
+        )
 
     def _stream_state(self) -> dict[str, Any]:
         """state_dict() over an IterableDataset."""
@@ -310,7 +373,7 @@ class GuardedLoader:
         self._seed_state = checked["seed_state"]
         self.restarts = checked["restarts"]
         epoch, states = checked["epoch"], checked["worker_states"]
-        self._plan = []
+        self._plan = EpochPlan(None, length=0)
         self._resume_pending = states is not None
         if states is None:
             self._epoch, self._position, self._exhausted = epoch - 1, 0, True
@@ -402,20 +465,20 @@ class GuardedLoader:
                 spec,
                 generator=generator,
                 collate_fn=StreamCollate(spec.collate_fn, stream),
-                worker_init_fn=StreamWorkerInit(spec.worker_init_fn),
+                worker_init_fn=StreamWorkerInit(spec.worker_init_fn, stream),
             )
-            loader = spec.build(settings, dataset=stream, worker_hook=hook)
+            loader = spec.build(settings, dataset=stream, worker_hook=UsersDatasetHook(hook, stream.inner))
             tap = Tap(loader, [], start_method=settings.effective_start_method)
             tap.slowest_wait_s = self._slowest_wait_s
             inner = Inner(loader, None, settings, tap, stream=stream)
             self._resources.inner = inner
             return inner
-        sampler = PlannedBatchSampler([], 0)
+        sampler = PlannedBatchSampler()
         planned = {"batch_sampler": sampler} if spec.batch_sampler is not None else {"sampler": sampler}
         spec = dataclasses.replace(spec, generator=generator, **planned)
         reports = SkipReports(self._resources.stack_dir()) if self.on_sample_error == "skip" else None
         dataset = GuardedSamples(spec.dataset, None if reports is None else reports.path)
-        loader = spec.build(settings, dataset=dataset, worker_hook=hook)
+        loader = spec.build(settings, dataset=dataset, worker_hook=UsersDatasetHook(hook, dataset.inner))
         tap = Tap(loader, [], start_method=settings.effective_start_method)
         tap.slowest_wait_s = self._slowest_wait_s
         inner = Inner(loader, sampler, settings, tap, reports)
@@ -448,13 +511,15 @@ class GuardedLoader:
         self._iterations += 1
         inner.iteration = self._iterations
         if inner.sampler is not None:
-            inner.sampler.replan(
-                self._plan if inner.reports is None else TaggedPlan(self._plan, inner.iteration), self._position
-            )
+            tag = None if inner.reports is None else Tagger(inner.iteration)
+            inner.sampler.replan(self._plan, self._position, tag)
         if inner.stream is not None and (not inner.settings.num_workers or starts_workers(inner.loader)):
             # What the iterator's new workers (or the main process) resume from: see guard/streams.py.
             inner.stream.rotation = inner.rotation = rotation
             inner.stream.resume = dict(self._streams.states) or None
+        if inner.settings.num_workers and starts_workers(inner.loader) and self._seed_state is not None:
+            # New workers: their base seed is drawn from the state the plain DataLoader drew this epoch's from.
+            inner.loader.generator.set_state(self._seed_state)
         inner.start = self._position
         inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
         children.arm(inner)
@@ -521,7 +586,7 @@ class GuardedLoader:
             except Exception as error:
                 kind = self._failure(inner, error)
                 if kind is None:
-                    if inner.stream is None:
+                    if inner.stream is None and not self._users_timeout(inner, error):
                         self._position += 1  # the loader's own error (a sample that raised): that batch is spent
                     raise
                 self._recover(kind, error)
@@ -529,21 +594,22 @@ class GuardedLoader:
                 continue
             if inner.stream is not None:
                 batch = self._streams.delivered(batch)  # the user's batch; its stream's state kept
+            planned = self._plan.delivered(self._position)
             self._position += 1
             if inner.watchdog is not None and inner.watchdog.fired is not None and not inner.settings.num_workers:
                 # A main-process stall that ended by itself: watch the next batches again.
                 inner.watchdog.stop()
                 inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
             if inner.reports is not None:
-                self._count_samples(inner, self._position - 1)
+                self._count_samples(inner, self._position - 1, planned)
             return batch
 
-    def _count_samples(self, inner: Inner, position: int) -> None:
-        """Record the samples replaced in the batch at `position`, just delivered; end the run when too many
-        of the samples seen so far were bad."""
-        planned = self._plan[position]
+    def _count_samples(self, inner: Inner, position: int, planned: Any) -> None:
+        """Record the samples replaced in the batch at `position` (of the indices `planned`), just delivered;
+        end the run when too many of the samples seen so far were bad."""
         self._samples_seen += len(planned) if self._spec.batch_sampler is not None else 1
-        for report in inner.reports.take((inner.iteration, position)):
+        reports = inner.reports.take((inner.iteration, position))
+        for report in reports:
             index = report["index"]
             self.skipped.append(index)
             self._record(
@@ -563,8 +629,8 @@ class GuardedLoader:
                     },
                 )
             )
-        allowed = self.max_bad_fraction * max(self._samples_seen, MIN_SAMPLES_FOR_FRACTION)
-        if len(self.skipped) > allowed:
+        # The bound on the bad share rises only with a new bad sample: checked then.
+        if reports and too_many_bad(len(self.skipped), self._samples_seen, self.max_bad_fraction):
             self._end_epoch()
             raise self._too_many_bad(position)
 
@@ -589,14 +655,8 @@ class GuardedLoader:
             return None
         if isinstance(error, children.GuardInterrupt) or inner.stalled:
             return "stall"
-        if inner.settings.num_workers and isinstance(error, RuntimeError) and _TIMED_OUT in str(error):
-            # The user's own DataLoader(timeout=...) passed: a stall by their measure.
-            waited = self.policy.first_batch_s if inner.iterator is None else float(self._spec.timeout)
-            notice = StallNotice(
-                self._epoch, self._position - inner.start, waited, float(self._spec.timeout), str(error), inner.pids
-            )
-            self._stall(inner, notice)
-            return "stall"
+        if self._users_timeout(inner, error):
+            return None  # torch's own error, as the plain DataLoader raises it: the user chose that deadline
         if is_worker_death(error):
             pids = dead_worker_pids(error)
             if pids and not set(pids) & set(inner.pids):
@@ -612,6 +672,12 @@ class GuardedLoader:
                 )
                 return "worker-died"
         return None
+
+    def _users_timeout(self, inner: Inner, error: BaseException) -> bool:
+        """Whether `error` is torch's when the user's own DataLoader(timeout=...) passed."""
+        return bool(inner.settings.num_workers and self._spec.timeout) and (
+            isinstance(error, RuntimeError) and _TIMED_OUT in str(error)
+        )
 
     def _stall(self, inner: Inner, notice: StallNotice) -> None:
         """From the watchdog's thread: take the stuck workers' stacks, record the stall, end the workers."""
@@ -695,6 +761,7 @@ class GuardedLoader:
                 rung = next_rung(failed, kind, picklable=picklable, per_worker_streams=self._iterable)
         if rung is None:
             self._active = False
+            self._resources.release()  # no worker and no stack-dump folder left behind
             raise self._gave_up(kind, error) from error
         escalated = failed.num_workers == 0 and rung.num_workers > 0
         self._escalated = self._escalated or escalated
@@ -748,7 +815,8 @@ class GuardedLoader:
 
     def _at(self) -> str:
         """The epoch's next batch, as the guard's messages name it: of how many, when a plan says."""
-        return f"batch {self._position}" + ("" if self._iterable else f" of {len(self._plan)}")
+        length = None if self._iterable else self._plan.length
+        return f"batch {self._position}" + ("" if length is None else f" of {length}")
 
     def _too_many_bad(self, position: int) -> LoaderDoctorError:
         bad, seen = len(self.skipped), self._samples_seen
@@ -758,14 +826,15 @@ class GuardedLoader:
         last = self.events[-1].detail
         return LoaderDoctorError(
             f"the guarded DataLoader stopped at epoch {self._epoch}, batch {position}: {bad} of the {seen} samples "
-            f"seen failed to load, more than max_bad_fraction={self.max_bad_fraction:g} allows (taken of at "
-            f"least {MIN_SAMPLES_FOR_FRACTION} samples). Bad indices: {shown}. Last error: "
+            f"seen failed to load: a bad share of at least {bad_share_floor(bad, seen):.1%} (at "
+            f"{BAD_SHARE_CONFIDENCE:.1%} confidence), over max_bad_fraction={self.max_bad_fraction:g}. "
+            f"Bad indices: {shown}. Last error: "
             f"dataset[{last['index']}] raised {last['error_type']}: {last['message']}",
             hint="each sample-skipped event on loader.events holds its error and traceback: fix or remove those "
             "samples, or allow a larger share with max_bad_fraction",
         )
 
-    def _gave_up(self, kind: str, error: BaseException | None) -> LoaderDoctorError:
+    def _gave_up(self, kind: str, error: BaseException | None) -> LoaderGaveUp:
         what = "a stall" if kind == "stall" else "a worker died"
         tried = " -> ".join(s.describe() for s in self.tried) or self.settings.describe()
         message = (
@@ -785,11 +854,16 @@ class GuardedLoader:
             message += f" Stuck at: {stuck_text(self._last_stacks)}."
         elif error is not None:
             message += f" Last error: {error}"
-        return LoaderDoctorError(
+        return LoaderGaveUp(
             message,
             hint="the stuck frame is where loading waits (a lock, a read that never returns, a library "
             "deadlocked by fork): fix it there; or allow more restarts (max_restarts)",
         )
+
+
+def _is_loader_attribute(loader: DataLoader, name: str) -> bool:
+    """Whether `name` is one of the DataLoader's own attributes (set in its __init__, or a property)."""
+    return name in vars(loader) or isinstance(getattr(type(loader), name, None), property)
 
 
 class _EpochIterator:

@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.samples import ON_SAMPLE_ERROR
 from loaderdoctor.watchdog import StallPolicy
 
 
-def stall_policy(stall_timeout: float | StallPolicy | None) -> StallPolicy:
-    """The watchdog's policy: adaptive defaults (None), one number for both deadlines, or a policy as is."""
+def stall_policy(stall_timeout: float | StallPolicy | None, *, users_timeout_s: float = 0.0) -> StallPolicy:
+    """The watchdog's policy: adaptive defaults (None), one number for both deadlines, or a policy as is.
+
+    With the user's own DataLoader(timeout=...) (`users_timeout_s` > 0) torch raises its error when a batch takes
+    longer, as the plain DataLoader does: the watchdog's deadlines are moved past it (twice it, and 5 s more),
+    so that it acts only where torch's timeout cannot (a hang outside the wait torch times)."""
     if stall_timeout is None:
-        return StallPolicy()
-    if isinstance(stall_timeout, StallPolicy):
-        return stall_timeout
-    if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, int | float) or not stall_timeout > 0:
+        policy = StallPolicy()
+    elif isinstance(stall_timeout, StallPolicy):
+        policy = stall_timeout
+    elif isinstance(stall_timeout, bool) or not isinstance(stall_timeout, int | float) or not stall_timeout > 0:
         raise UsageError(
             f"stall_timeout must be a number of seconds above 0, a StallPolicy or None, not {stall_timeout!r}"
         )
-    return StallPolicy(floor_s=float(stall_timeout), first_batch_s=float(stall_timeout))
+    else:
+        policy = StallPolicy(floor_s=float(stall_timeout), first_batch_s=float(stall_timeout))
+    if users_timeout_s > 0:
+        later = 2 * users_timeout_s + 5.0
+        policy = dataclasses.replace(
+            policy, floor_s=max(policy.floor_s, later), first_batch_s=max(policy.first_batch_s, later)
+        )
+    return policy
 
 
 def check_sample_options(on_sample_error: str, max_bad_fraction: float, *, iterable: bool = False) -> None:

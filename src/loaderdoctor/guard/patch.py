@@ -67,10 +67,9 @@ def _make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # over an IterableDataset does not).
         return GuardedLoader(loader, **{**options, "persistent_workers": persistent_workers})
     except UsageError as error:
-        # Process-wide, the guard must not break a loader it cannot protect: this one runs as it would unpatched.
-        warnings.warn(
-            f"loaderdoctor.patch(): this DataLoader is not guarded: {error.message}", LoaderDoctorWarning, stacklevel=3
-        )
+        # Process-wide, the guard must not break a loader it cannot protect: this one runs as it would unpatched,
+        # said in the log (a warning would fail the user's code under -W error, as pytest's filterwarnings runs it).
+        log.warning("loaderdoctor.patch(): this DataLoader is not guarded: %s", error.message)
         return loader
 
 

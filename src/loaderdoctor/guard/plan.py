@@ -1,12 +1,16 @@
-"""The batch plan: an epoch's batches of indices, drawn once from the user's sampler, and a sampler that
-replays them from any batch on. An IterableDataset has no plan (guard/streams.py resumes it instead)."""
+"""The batch plan: an epoch's batches of indices, drawn from the user's sampler only as loading asks for them,
+and a sampler that replays them from any batch on. An IterableDataset has no plan (guard/streams.py resumes
+it instead).
+
+The plan never holds the epoch: only the batches drawn and not yet delivered (the workers' prefetch, a few),
+so that an endless sampler works and a dataset of any length starts as fast as the plain DataLoader. A
+restart replays those, then draws on from the same sampler iterator. A saved state holds the position and the
+generators' states at the epoch's start; loading it draws the epoch again up to the position (see `replayed`).
+"""
 
 from __future__ import annotations
 
-import itertools
-import operator
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -16,16 +20,91 @@ from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.streams import is_resumable_stream
 
 
-@dataclass(frozen=True)
 class EpochPlan:
-    """What one epoch delivers, in order, and the random state its workers are seeded from."""
+    """What one epoch delivers, in order, drawn once from the user's sampler as it is asked for, and the random
+    states it started from.
 
-    # Lists of indices; single indices when the loader does not collate (batch_size=None); none for an
-    # IterableDataset, which has no indices.
-    batches: list[Any]
-    # The state of the generator that the plain DataLoader's iter() draws its workers' base seed from,
-    # just before that draw; None when the plain DataLoader would draw none this epoch.
-    seed_state: torch.Tensor | None
+    `seed_state`: the state of the generator that the plain DataLoader's iter() draws its workers' base seed
+    from, just before that draw (None when the plain DataLoader would draw none this epoch). `start_states`:
+    the states of the plan's generators (see plan_generators) and of torch's global one right after it, when
+    the sampler had drawn nothing yet: drawing the epoch again from them gives the same batches.
+    """
+
+    def __init__(
+        self,
+        source: Iterator[Any] | None,
+        *,
+        length: int | None,
+        seed_state: torch.Tensor | None = None,
+        start_states: dict[str, torch.Tensor] | None = None,
+        global_state: torch.Tensor | None = None,
+    ) -> None:
+        self._source = source  # None: an IterableDataset's epoch, or an epoch known to be over
+        self.length = length  # the number of batches, when the sampler has a len()
+        self.seed_state = seed_state
+        self.start_states = start_states or {}
+        self.global_state = global_state
+        self._drawn: dict[int, Any] = {}  # position -> batch, drawn and not yet delivered
+        self._next_draw = 0  # the position of the next batch to draw from the source
+        self._ended_at: int | None = None  # the number of batches, once the source has ended
+
+    def batch(self, position: int) -> Any:
+        """The batch at `position`, drawn from the sampler if it is not yet; IndexError past the epoch's end and
+        for a batch delivered already (dropped)."""
+        while self._next_draw <= position and self._ended_at is None:
+            try:
+                if self._source is None:
+                    raise StopIteration
+                batch = next(self._source)
+            except StopIteration:
+                self._ended_at = self._next_draw
+                break
+            self._drawn[self._next_draw] = batch
+            self._next_draw += 1
+        if position in self._drawn:
+            return self._drawn[position]
+        raise IndexError(position)
+
+    def batches_from(self, start: int) -> Iterator[tuple[int, Any]]:
+        """(position, batch) from `start` to the epoch's end, drawing as they are asked for."""
+        position = start
+        while True:
+            try:
+                batch = self.batch(position)
+            except IndexError:
+                return
+            yield position, batch
+            position += 1
+
+    def delivered(self, position: int) -> Any:
+        """The batch at `position`, now delivered to the user: it and those before it are no longer kept."""
+        batch = self._drawn.get(position)
+        for kept in [p for p in self._drawn if p <= position]:
+            del self._drawn[kept]
+        return batch
+
+    def skip(self, count: int) -> None:
+        """Draw and drop the epoch's first `count` batches (a resume); a UsageError when the epoch has fewer."""
+        for position in range(count):
+            try:
+                self.batch(position)
+            except IndexError:
+                raise UsageError(
+                    f"the state's position {count} is past the end of the epoch, which has {position} batches: "
+                    "the sampler draws another epoch than the one saved",
+                    hint="load a state_dict() taken from a guarded loader built the same way (dataset, sampler, "
+                    "batch size, generators)",
+                ) from None
+            self.delivered(position)
+
+    def ends_at(self, position: int) -> bool:
+        """Whether the epoch is known to have no batch at `position`."""
+        end = self.length if self.length is not None else self._ended_at
+        return end is not None and position >= end
+
+    def kept(self) -> int:
+        """How many batches are drawn and not yet delivered."""
+        return len(self._drawn)
 
 
 def check_resumable(loader: DataLoader) -> None:
@@ -43,8 +122,19 @@ def check_resumable(loader: DataLoader) -> None:
     )
 
 
-def draw_epoch_plan(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
-    """The next epoch of `loader`, drawn from its sampler exactly once.
+def _index_sampler(loader: DataLoader) -> Any:
+    return loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+
+
+def _length(sampler: Any) -> int | None:
+    try:
+        return len(sampler)
+    except (TypeError, NotImplementedError):  # an endless sampler, or one without __len__
+        return None
+
+
+def start_epoch(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
+    """The next epoch of `loader`: nothing drawn from its sampler yet but the iterator that will draw it.
 
     A plain DataLoader's iter() first draws its workers' base seed from the loader's generator (the global
     one when it has none), then its sampler draws the order: the plan makes the same draws in the same
@@ -59,9 +149,51 @@ def draw_epoch_plan(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
         seed_state = source.get_state()
         torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
     if isinstance(loader.dataset, IterableDataset):
-        return EpochPlan([], seed_state)  # its sampler is endless: the dataset decides where the epoch ends
-    sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    return EpochPlan(list(iter(sampler)), seed_state)
+        return EpochPlan(None, length=None, seed_state=seed_state)  # the dataset decides where the epoch ends
+    sampler = _index_sampler(loader)
+    start_states = {place: g.get_state() for place, g in plan_generators(loader).items()}
+    global_state = torch.default_generator.get_state()
+    return EpochPlan(
+        iter(sampler),
+        length=_length(sampler),
+        seed_state=seed_state,
+        start_states=start_states,
+        global_state=global_state,
+    )
+
+
+def replayed(
+    loader: DataLoader,
+    start_states: dict[str, torch.Tensor],
+    global_state: torch.Tensor,
+    position: int,
+    seed_state: torch.Tensor | None,
+) -> EpochPlan:
+    """The epoch a saved state was taken in, drawn again from its start up to `position` (those batches
+    dropped): the plan's generators are set to `start_states`, which they then leave as the saved run did;
+    torch's global generator, which a sampler without its own (a RandomSampler of a loader without a
+    generator) draws from, is set to `global_state` while the sampler is iterated up to there, and given back
+    to the user's state after."""
+    for place, generator in plan_generators(loader).items():
+        generator.set_state(start_states[place])
+    sampler = _index_sampler(loader)
+    users_global = torch.default_generator.get_state()
+    torch.default_generator.set_state(global_state)
+    try:
+        plan = EpochPlan(
+            iter(sampler),
+            length=_length(sampler),
+            seed_state=seed_state,
+            start_states=dict(start_states),
+            global_state=global_state,
+        )
+        plan.batch(position)  # the sampler's first draws (a RandomSampler's seed) come from the saved state
+        plan.skip(position)
+    except IndexError:
+        plan.skip(position)  # the epoch ends at `position` exactly, or before it: skip() says which
+    finally:
+        torch.default_generator.set_state(users_global)
+    return plan
 
 
 def plan_generators(loader: DataLoader) -> dict[str, torch.Generator]:
@@ -80,38 +212,31 @@ def plan_generators(loader: DataLoader) -> dict[str, torch.Generator]:
     return found
 
 
-def plain_batches(batches: Sequence[Any], *, batched: bool) -> list[Any]:
-    """`batches` of a plan as JSON-ready data: lists of ints, or ints when not `batched` (batch_size=None);
-    a UsageError when an index is not a whole number."""
-    try:
-        if batched:
-            return [[operator.index(index) for index in batch] for batch in batches]
-        return [operator.index(index) for index in batches]
-    except TypeError as error:
-        raise UsageError(
-            f"the guard saves a plan of whole-number indices only, and this loader's sampler yields others: {error}",
-            hint="state_dict() needs a sampler that yields ints (or lists of ints)",
-        ) from error
-
-
 class PlannedBatchSampler(Sampler):
-    """Yields plan[start:]: the batches of an epoch not yet delivered. Both may be changed between iter()
-    calls, so that a DataLoader with persistent workers can be given each epoch's plan."""
+    """Yields an epoch plan's batches from `start` on: those not yet delivered. Both may be changed between
+    iter() calls, so that a DataLoader with persistent workers can be given each epoch's plan. With a `tag`,
+    each batch is handed to `tag(position, batch)` and that is yielded instead (see guard/samples.py)."""
 
-    def __init__(self, plan: Sequence[Any], start: int = 0) -> None:
-        self.plan: Sequence[Any] = []
-        self.start = 0
-        self.replan(plan, start)
-
-    def replan(self, plan: Sequence[Any], start: int = 0) -> None:
-        if not 0 <= start <= len(plan):
-            raise ValueError(f"start {start} is outside a plan of {len(plan)} batches")
-        self.plan = plan
+    def __init__(self, plan: EpochPlan | None = None, start: int = 0) -> None:
+        self.plan = plan if plan is not None else EpochPlan(None, length=0)
         self.start = start
+        self.tag: Any = None
+
+    def replan(self, plan: EpochPlan, start: int = 0, tag: Any = None) -> None:
+        if start < 0 or (plan.length is not None and start > plan.length):
+            raise ValueError(f"start {start} is outside a plan of {plan.length} batches")
+        self.plan, self.start, self.tag = plan, start, tag
 
     def __iter__(self) -> Iterator[Any]:
-        # islice binds the current plan now: a later replan() does not change an iteration under way.
-        return itertools.islice(self.plan, self.start, None)
+        # Bound now: a later replan() does not change an iteration under way.
+        return _yielded(self.plan.batches_from(self.start), self.tag)
 
     def __len__(self) -> int:
-        return len(self.plan) - self.start
+        if self.plan.length is None:
+            raise TypeError("the sampler of this epoch has no len()")
+        return self.plan.length - self.start
+
+
+def _yielded(batches: Iterator[tuple[int, Any]], tag: Any) -> Iterator[Any]:
+    for position, batch in batches:
+        yield batch if tag is None else tag(position, batch)

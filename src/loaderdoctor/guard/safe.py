@@ -32,8 +32,10 @@ def persistent_workers_change(settings: Settings, *, explicit: bool) -> SettingC
         False,
         True,
         "workers start once instead of every epoch (a restart costs about 1 s per epoch under spawn or "
-        "forkserver); changes the main process makes to the dataset after the first epoch no longer reach "
-        "them: pass persistent_workers=False to keep workers that restart every epoch",
+        "forkserver); from the second epoch on, random draws in workers (augmentation) continue instead of "
+        "being seeded anew, so those batches differ from the plain DataLoader's, and changes the main process "
+        "makes to the dataset no longer reach the workers: pass persistent_workers=False to keep torch's "
+        "behaviour",
     )
 
 

@@ -27,20 +27,62 @@ and reports of batches loaded ahead but never delivered (a restart, an epoch lef
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 import tempfile
 import traceback
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 from loaderdoctor.indexed import IndexedDataset, SampleFailure, parse_sample_failures
 
 ON_SAMPLE_ERROR = ("raise", "skip")
 MAX_REPLACEMENT_TRIES = 64
-# The bad share is taken of at least this many samples: early in a run one bad sample in a few dozen is not
-# yet a share, so before MIN_SAMPLES_FOR_FRACTION samples are seen up to max_bad_fraction * that many may fail.
-MIN_SAMPLES_FOR_FRACTION = 100
+# How sure the guard must be that the dataset's bad share is over max_bad_fraction before it ends a run: a few
+# bad samples met early (2 of the first 128 of a dataset with 0.3% bad ones) must not end it by chance.
+BAD_SHARE_CONFIDENCE = 0.999
+_Z = 3.0902  # the standard normal's quantile at BAD_SHARE_CONFIDENCE, one-sided
+_EXACT_UP_TO = 50  # bad samples: the exact binomial bound below it (O(bad) per step), Wilson's above
+
+
+def _at_least(bad: int, seen: int, share: float) -> float:
+    """The chance of `bad` or more failures among `seen` samples when each fails with probability `share`."""
+    if share <= 0.0:
+        return 0.0
+    if share >= 1.0:
+        return 1.0
+    log_term = seen * math.log1p(-share)  # no failure at all
+    logs = [log_term]
+    for count in range(1, bad):
+        log_term += math.log((seen - count + 1) / count) + math.log(share) - math.log1p(-share)
+        logs.append(log_term)
+    top = max(logs)
+    return max(0.0, 1.0 - math.exp(top) * sum(math.exp(value - top) for value in logs))
+
+
+def bad_share_floor(bad: int, seen: int) -> float:
+    """The least bad share that `bad` failures among `seen` samples allow at BAD_SHARE_CONFIDENCE: the lower end
+    of the one-sided Clopper-Pearson interval (exact) for up to _EXACT_UP_TO failures, of Wilson's score interval
+    (as good there, and O(1)) above; 0 when nothing failed."""
+    if bad <= 0 or seen <= 0:
+        return 0.0
+    if bad <= _EXACT_UP_TO:
+        low, high = 0.0, bad / seen  # the chance of so many failures grows with the share: bisect
+        for _ in range(60):
+            middle = (low + high) / 2
+            low, high = (middle, high) if _at_least(bad, seen, middle) < 1 - BAD_SHARE_CONFIDENCE else (low, middle)
+        return low
+    share, z2 = bad / seen, _Z * _Z
+    spread = _Z * math.sqrt(share * (1 - share) / seen + z2 / (4 * seen * seen))
+    return max(0.0, (share + z2 / (2 * seen) - spread) / (1 + z2 / seen))
+
+
+def too_many_bad(bad: int, seen: int, max_bad_fraction: float) -> bool:
+    """Whether the dataset's bad share is over `max_bad_fraction`, all but surely (0: any bad sample is)."""
+    if max_bad_fraction <= 0:
+        return bad > 0
+    return bad_share_floor(bad, seen) > max_bad_fraction
+
 
 Tag = tuple[int, int]  # (the guard's iterator number, the plan position of the batch)
 
@@ -58,21 +100,14 @@ class Request:
         return (Request, (self.index, self.tag))
 
 
-class TaggedPlan(Sequence):
-    """An epoch's plan whose items are Requests tagged with the iterator number and their plan position."""
+class Tagger:
+    """Tags each batch of a plan with the guard's iterator number and its plan position, as a Request."""
 
-    def __init__(self, plan: Sequence[Any], iteration: int) -> None:
-        self.plan = plan
+    def __init__(self, iteration: int) -> None:
         self.iteration = iteration
 
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def __getitem__(self, position: int) -> Request:  # type: ignore[override]
-        return Request(self.plan[position], (self.iteration, position))
-
-    def __iter__(self) -> Iterator[Request]:
-        return (Request(item, (self.iteration, position)) for position, item in enumerate(self.plan))
+    def __call__(self, position: int, batch: Any) -> Request:
+        return Request(batch, (self.iteration, position))
 
 
 def in_original_type(failure: SampleFailure) -> BaseException:

@@ -1,5 +1,6 @@
 """What a saved state_dict must be (version, keys, values) for load_state_dict() to restore it: a map-style
-dataset's (its plan's batches not yet delivered) or an IterableDataset's (the state of each worker's stream)."""
+dataset's (the position in the epoch and the generators' states at its start) or an IterableDataset's (the
+state of each worker's stream)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from loaderdoctor.words import plural
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
-STATE_VERSION = 1  # of state_dict()'s format, both kinds: load_state_dict() reads this one only
+STATE_VERSION = 2  # of state_dict()'s format, both kinds: load_state_dict() reads this one only
 ITERABLE = "iterable"  # the "dataset" of an IterableDataset's state; a map-style dataset's state has no "dataset"
 _STATE_KEYS = (
     "version",
@@ -23,8 +24,9 @@ _STATE_KEYS = (
     "batch_size",
     "epoch",
     "position",
-    "remaining",
+    "epoch_started",
     "generators",
+    "global_generator",
     "seed_state",
     "restarts",
     "skipped",
@@ -67,21 +69,6 @@ def _generator_state(values: Any, place: str, generator: torch.Generator) -> tor
     return torch.tensor(values, dtype=torch.uint8)
 
 
-def _checked_batches(remaining: Any, *, batched: bool, length: int | None) -> list[Any]:
-    """The saved batches not yet delivered; a UsageError unless they are indices (lists of indices when
-    `batched`) within the dataset."""
-    batches = remaining if isinstance(remaining, list) else None
-    if batches is not None and batched:
-        indices = [i for batch in batches if isinstance(batch, list) for i in batch]
-        batches = batches if all(isinstance(batch, list) for batch in batches) else None
-    else:
-        indices = batches or []
-    if batches is None or not all(_whole(i) and (length is None or i < length) for i in indices):
-        shape = "lists of indices" if batched else "indices"
-        raise UsageError(f"the state's remaining must be a list of {shape} within the dataset, or None")
-    return batches
-
-
 def _checked_common(state: Any, loader: DataLoader, keys: tuple[str, ...]) -> None:
     """A UsageError unless `state` is a dict of this version with `keys`, from a loader with the same dataset
     length, batch size and generators."""
@@ -112,8 +99,11 @@ def _checked_common(state: Any, loader: DataLoader, keys: tuple[str, ...]) -> No
 def _restored_generators(state: dict[str, Any], loader: DataLoader) -> dict[str, Any]:
     """The state's generator states as tensors, each checked against the generator it restores."""
     seed_source = loader.generator if loader.generator is not None else torch.default_generator
-    seed_state = state["seed_state"]
+    seed_state, global_state = state["seed_state"], state.get("global_generator")
     return {
+        "global_generator": None
+        if global_state is None
+        else _generator_state(global_state, "torch's global generator", torch.default_generator),
         "generators": {
             place: _generator_state(state["generators"][place], place, generator)
             for place, generator in plan_generators(loader).items()
@@ -137,12 +127,15 @@ def checked_state(state: Any, loader: DataLoader) -> dict[str, Any]:
         raise UsageError("the state's epoch, position, restarts and samples_seen must be whole numbers, 0 or more")
     if not isinstance(state["skipped"], list) or not all(_whole(i) for i in state["skipped"]):
         raise UsageError("the state's skipped must be a list of indices")
-    remaining = state["remaining"]
-    if remaining is not None:
-        remaining = _checked_batches(
-            remaining, batched=loader.batch_sampler is not None, length=state["dataset_length"]
+    started = state["epoch_started"]
+    if not isinstance(started, bool):
+        raise UsageError(f"the state's epoch_started must be true or false, not {started!r}")
+    if started == (state["global_generator"] is None) or (not started and state["position"]):
+        raise UsageError(
+            "the state's epoch_started, position and global_generator disagree: an epoch under way has the global "
+            "generator's state at its start, one not started has position 0 and none"
         )
-    return {**state, "remaining": remaining, **_restored_generators(state, loader)}
+    return {**state, **_restored_generators(state, loader)}
 
 
 def checked_stream_state(state: Any, loader: DataLoader, num_workers: int) -> dict[str, Any]:

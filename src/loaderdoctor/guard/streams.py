@@ -140,9 +140,10 @@ class StreamCollate:
     def __call__(self, samples: Any) -> StreamBatch:
         batch = self.collate_fn(samples)
         info = get_worker_info()
-        source, stream = (self.dataset, 0) if info is None else (info.dataset, info.id)
+        stream = 0 if info is None else info.id
         # A copy: the state must stay what it is now while the worker's queue pickles it in its own thread.
-        return StreamBatch(batch, stream, copy.deepcopy(source.inner.state_dict()))
+        # The dataset is this process's (pickled with this function): get_worker_info().dataset is the user's.
+        return StreamBatch(batch, stream, copy.deepcopy(self.dataset.inner.state_dict()))
 
 
 class StreamWorkerInit:
@@ -150,14 +151,15 @@ class StreamWorkerInit:
     get_worker_info()) and the user's worker_init_fn the id of the stream this worker continues, torch's worker id
     rotated by GuardedStream.rotation, with that worker's seed; then runs the user's worker_init_fn with it."""
 
-    def __init__(self, user_fn: Callable[[int], None] | None) -> None:
+    def __init__(self, user_fn: Callable[[int], None] | None, dataset: GuardedStream) -> None:
         self.user_fn = user_fn
+        self.dataset = dataset  # this worker's copy (pickled with this function)
 
     def __call__(self, worker_id: int) -> None:
         info = get_worker_info()
         stream = worker_id
         if info is not None:
-            stream = (worker_id + getattr(info.dataset, "rotation", 0)) % info.num_workers
+            stream = (worker_id + self.dataset.rotation) % info.num_workers
             if stream != worker_id:
                 _present_as(info, stream)
         if self.user_fn is not None:

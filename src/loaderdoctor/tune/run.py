@@ -24,6 +24,7 @@ from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.strategy import Search
 from loaderdoctor.tune.trial import Measurement
+from loaderdoctor.userstate import user_state_kept
 from loaderdoctor.watchdog import StallPolicy
 from loaderdoctor.words import plural
 from loaderdoctor.workload import Step
@@ -163,7 +164,8 @@ def tune(
 
     `memory_budget` (bytes, or a size like "8G"; default: half the memory available) bounds loading's
     measured memory: its workers plus its batches in flight. With a training step (`step_ms`, or the
-    Workload's) the cheapest settings that keep up with it are chosen, not the fastest.
+    Workload's) the cheapest settings that keep up with it are chosen, not the fastest. The loaders are left
+    as they were found: their generators and the global random states are restored afterwards.
     """
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
@@ -182,20 +184,21 @@ def tune(
                 f"a budget of {budget_s:g} s is too small to tune {plural(len(resolved.loaders), 'loader')}",
                 hint=f"give at least {least_s:g} s (--budget); {DEFAULT_BUDGET_S:g} s or more finds better settings",
             )
-        tunings = {
-            name: tune_loader(
-                name,
-                LoaderSpec.from_loader(loader),
-                budget_s=per_loader_s,
-                memory_bytes=memory_bytes,
-                step=step,
-                quick=quick,
-                max_workers=max_workers,
-                policy=policy,
-                progress=progress,
-            )
-            for name, loader in resolved.loaders.items()
-        }
+        with user_state_kept(resolved.loaders.values()):
+            tunings = {
+                name: tune_loader(
+                    name,
+                    LoaderSpec.from_loader(loader),
+                    budget_s=per_loader_s,
+                    memory_bytes=memory_bytes,
+                    step=step,
+                    quick=quick,
+                    max_workers=max_workers,
+                    policy=policy,
+                    progress=progress,
+                )
+                for name, loader in resolved.loaders.items()
+            }
         return TuneReport(resolved.target, tunings)
     finally:
         resolved.close()

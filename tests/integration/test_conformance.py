@@ -1,0 +1,278 @@
+"""Torch's DataLoader and the guarded one side by side, on what torch documents: the same batches in the same
+order, the same len(), the same errors, for fork, forkserver and spawn with 0, 1 and 2 workers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, Dataset, IterableDataset, RandomSampler, Sampler, get_worker_info
+from torch.utils.data.dataloader import DataLoader as TorchDataLoader
+
+import loaderdoctor
+
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(120)]
+
+# (num_workers, start method): no workers, and each start method with 1 and 2 workers.
+MATRIX = [(0, None)] + [(n, method) for method in ("fork", "forkserver", "spawn") for n in (1, 2)]
+QUICK = [(0, None), (2, "fork")]
+
+
+def _ids(case: tuple[int, str | None]) -> str:
+    return f"{case[0]}-{case[1] or 'main'}"
+
+
+def _options(case: tuple[int, str | None]) -> dict:
+    workers, method = case
+    return {"num_workers": workers, "multiprocessing_context": method} if workers else {}
+
+
+class Augmented(Dataset):
+    """Random augmentation in the loading process: torch's, python's and the worker's own draws."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        info = get_worker_info()
+        worker = -1 if info is None else info.id
+        return torch.tensor([index, float(torch.rand(())), random.random(), worker])
+
+
+def _epochs(loader, count: int) -> list[list]:
+    return [[batch.tolist() for batch in loader] for _ in range(count)]
+
+
+def _both(dataset, epochs: int, make=dict, **kwargs) -> tuple[list, list]:
+    """The batches of `epochs` epochs from torch's DataLoader and from loaderdoctor.DataLoader, built alike
+    from `kwargs` and the options `make()` returns (made anew for each loader)."""
+
+    def seeded() -> dict:
+        options = {**kwargs, **make()}
+        if options.pop("seeded", True):
+            options["generator"] = torch.Generator().manual_seed(1234)
+        return options
+
+    torch.manual_seed(99), random.seed(99)
+    plain = _epochs(TorchDataLoader(dataset, **seeded()), epochs)
+    torch.manual_seed(99), random.seed(99)
+    with loaderdoctor.DataLoader(dataset, **seeded()) as guarded:
+        return plain, _epochs(guarded, epochs)
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=_ids)
+def test_random_augmentation_in_workers_gives_the_plain_loaders_batches(case):
+    plain, guarded = _both(Augmented(), 2, batch_size=4, shuffle=True, persistent_workers=False, **_options(case))
+    assert guarded == plain
+
+
+@pytest.mark.parametrize("case", [(2, "fork"), (2, "spawn")], ids=_ids)
+def test_persistent_workers_over_epochs_give_the_plain_loaders_batches(case):
+    plain, guarded = _both(Augmented(), 3, batch_size=4, shuffle=True, persistent_workers=True, **_options(case))
+    assert guarded == plain
+
+
+@pytest.mark.parametrize("case", [(2, "fork")], ids=_ids)
+def test_persistence_the_guard_turns_on_keeps_the_first_epoch_and_says_what_changes(case):
+    plain, guarded = _both(Augmented(), 2, batch_size=4, shuffle=True, **_options(case))
+    assert guarded[0] == plain[0]
+    assert [[sample[0] for sample in b] for b in guarded[1]] == [[sample[0] for sample in b] for b in plain[1]]
+    with loaderdoctor.DataLoader(Augmented(), batch_size=4, **_options(case)) as loader:
+        (event,) = loader.events
+    assert "batches differ from the plain DataLoader's" in event.message and "persistent_workers=False" in event.message
+
+
+def _pairs(samples: list) -> dict:
+    return {"index": torch.tensor([s[0] for s in samples]), "count": len(samples)}
+
+
+def _seeded_sampler() -> RandomSampler:
+    return RandomSampler(range(24), generator=torch.Generator().manual_seed(5))
+
+
+# Each makes the options of one loader: a sampler's draws move its own generator, so each loader gets its own.
+BATCHING = {
+    "drop_last": lambda: {"batch_size": 5, "drop_last": True, "shuffle": True},
+    "no-batching": lambda: {"batch_size": None, "shuffle": True},
+    "batch_sampler": lambda: {"batch_sampler": BatchSampler(_seeded_sampler(), 7, False), "seeded": False},
+    "sampler": lambda: {"batch_size": 4, "sampler": _seeded_sampler()},
+    "prefetch_factor": lambda: {"batch_size": 3, "prefetch_factor": 4, "shuffle": True},
+    "pin_memory": lambda: {"batch_size": 3, "pin_memory": True, "shuffle": True},
+}
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator")
+@pytest.mark.parametrize("case", QUICK, ids=_ids)
+@pytest.mark.parametrize("name", BATCHING)
+def test_samplers_and_batching_options_give_the_plain_loaders_batches(case, name):
+    if name == "prefetch_factor" and not case[0]:
+        pytest.skip("prefetch_factor needs workers (torch refuses it without)")
+    plain, guarded = _both(Augmented(), 2, make=BATCHING[name], persistent_workers=False, **_options(case))
+    assert guarded == plain
+
+
+@pytest.mark.parametrize("case", QUICK, ids=_ids)
+def test_a_custom_collate_and_worker_init_fn_see_what_they_see_under_torch(case):
+    seen = []
+
+    def collate(samples: list) -> dict:
+        return _pairs(samples)
+
+    kwargs = {"batch_size": 5, "collate_fn": collate, "worker_init_fn": seen.append, **_options(case)}
+    plain = [b["index"].tolist() for b in TorchDataLoader(Augmented(), **kwargs)]
+    with loaderdoctor.DataLoader(Augmented(), **kwargs) as guarded:
+        assert [b["index"].tolist() for b in guarded] == plain
+        assert len(guarded) == len(TorchDataLoader(Augmented(), **kwargs)) == 5
+
+
+class Forever(Sampler):
+    """An endless sampler, as detectron2's TrainingSampler: no len(), never ends."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(0)
+        while True:
+            yield from torch.randperm(self.size, generator=generator).tolist()
+
+
+class Counted(Sampler):
+    """A sequential sampler over a huge dataset that counts what it has yielded."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.yielded = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        for index in range(self.size):
+            self.yielded += 1
+            yield index
+
+
+class Huge(Dataset):
+    def __len__(self) -> int:
+        return 200_000_000
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+@pytest.mark.parametrize("case", QUICK, ids=_ids)
+def test_an_endless_sampler_delivers_at_once_and_as_torch_does(case):
+    kwargs = {"batch_size": 5, "sampler": Forever(24), **_options(case)}
+    plain_iterator = iter(TorchDataLoader(Augmented(), **kwargs))
+    plain = [next(plain_iterator)[:, 0].tolist() for _ in range(12)]
+    del plain_iterator
+    with loaderdoctor.DataLoader(Augmented(), **kwargs) as guarded:
+        iterator = iter(guarded)
+        assert [next(iterator)[:, 0].tolist() for _ in range(12)] == plain
+        with pytest.raises(TypeError):
+            len(guarded)  # as torch: an endless sampler has no len()
+
+
+@pytest.mark.parametrize("case", QUICK, ids=_ids)
+def test_a_huge_dataset_draws_only_the_batches_asked_for(case):
+    sampler = Counted(len(Huge()))
+    with loaderdoctor.DataLoader(Huge(), batch_size=8, sampler=sampler, **_options(case)) as guarded:
+        iterator = iter(guarded)
+        assert next(iterator).tolist() == list(range(8))
+        # The first batch and the workers' prefetch (prefetch_factor 2 per worker), not the epoch.
+        assert sampler.yielded <= 8 * max(1, 2 * case[0]) + 8
+        state = guarded.state_dict()
+    assert len(str(state)) < 100_000  # the position and the generators' states, not the plan
+
+
+class Split(IterableDataset):
+    """Splits its range across workers as torch's documentation shows."""
+
+    def __len__(self) -> int:
+        return 10
+
+    def __iter__(self):
+        info = get_worker_info()
+        if info is None:
+            return iter(range(10))
+        return iter(range(info.id, 10, info.num_workers))
+
+
+@pytest.mark.parametrize("case", QUICK, ids=_ids)
+def test_an_iterable_dataset_without_state_dict_runs_as_torchs(case, recwarn):
+    kwargs = {"batch_size": 3, **_options(case)}
+    plain = [b.tolist() for b in TorchDataLoader(Split(), **kwargs)]
+    guarded = loaderdoctor.DataLoader(Split(), **kwargs)
+    assert [b.tolist() for b in guarded] == plain and len(guarded) == len(TorchDataLoader(Split(), **kwargs))
+    assert not [w for w in recwarn if "loaderdoctor" in str(w.message)]  # logged, not warned (-W error safe)
+
+
+class Typed(Dataset):
+    """Answers, in a worker, whether get_worker_info().dataset is this very class."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> bool:
+        info = get_worker_info()
+        return info is None or isinstance(info.dataset, Typed)
+
+
+@pytest.mark.parametrize("case", [(2, "fork"), (1, "spawn")], ids=_ids)
+def test_get_worker_info_shows_the_users_dataset(case):
+    with loaderdoctor.DataLoader(Typed(), batch_size=2, **_options(case)) as guarded:
+        assert [b.tolist() for b in guarded] == [[True, True], [True, True]]
+
+
+class Crashes(Dataset):
+    """Segfaults the process that loads sample 5, every time: only a worker may load it."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            import ctypes
+
+            ctypes.string_at(0)  # a segfault, as a broken native decoder gives
+        return index
+
+
+@pytest.mark.timeout(180)
+def test_a_sample_that_kills_its_worker_raises_in_the_main_process_as_torch_does(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # where the guard would leave a stack-dump folder
+    kwargs = {"batch_size": 4, "num_workers": 1, "multiprocessing_context": "fork"}
+    with pytest.raises(RuntimeError, match=r"killed by signal|exited unexpectedly"):
+        list(TorchDataLoader(Crashes(), **kwargs))
+    with loaderdoctor.DataLoader(Crashes(), **kwargs) as guarded:
+        with pytest.raises(RuntimeError, match=r"killed by signal|exited unexpectedly") as raised:
+            list(guarded)  # never loaded in this process: the test itself would die
+        assert isinstance(raised.value, loaderdoctor.LoaderGaveUp)
+        assert all(s.num_workers >= 1 for s in guarded.tried)
+    assert list(tmp_path.glob("loaderdoctor-*")) == []  # no stack-dump folder left behind
+
+
+class Slow(Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        if index == 4:
+            import time
+
+            time.sleep(30)
+        return index
+
+
+@pytest.mark.timeout(60)
+def test_the_users_timeout_raises_as_torchs_does():
+    kwargs = {"batch_size": 2, "num_workers": 1, "multiprocessing_context": "fork", "timeout": 2}
+    with pytest.raises(RuntimeError, match="timed out after 2 seconds"):
+        list(TorchDataLoader(Slow(), **kwargs))
+    with loaderdoctor.DataLoader(Slow(), **kwargs) as guarded:
+        got = []
+        with pytest.raises(RuntimeError, match="timed out after 2 seconds"):
+            got.extend(b.tolist() for b in guarded)
+        assert got == [[0, 1], [2, 3]] and guarded.restarts == 0
