@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Any
 
 INTERRUPT_SIGNAL = signal.SIGUSR2
@@ -13,51 +14,66 @@ class Interrupted(BaseException):
     """Raised in the main thread to end a stalled next() when loading runs in the main process."""
 
 
+def chain(previous: Any, signum: int, frame: Any) -> None:
+    """Do what the handler that was in place before would have done with a signal that is not ours: call it,
+    ignore the signal, or take the default action (for SIGUSR2, ending the process) as if nothing was installed."""
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)  # the default action; if it returns, the signal's default is to ignore it
+
+
 class MainThreadInterrupter:
     """Lets a watchdog's thread end a next() stuck in the main thread, and nothing else: the signal raises
-    only while `armed`, which the caller sets around next() alone. A context manager: the handler is in place
-    while inside it, and the one before it is put back on leaving."""
+    only while `armed`, which the caller sets around next() alone, and only when this interrupter sent it. A
+    context manager: the handler is in place while inside it (in the main thread), and the one before it is put
+    back on leaving; a signal that is not ours meanwhile goes to that one (see chain)."""
 
     def __init__(self) -> None:
-        self.available = threading.current_thread() is threading.main_thread()
         self.armed = False
         self._previous: Any = None
+        self._installed = False
+        self._sent = False  # this interrupter sent the signal now on its way
+        # Held while a signal is sent, and while the handler is put back: so that ours never reaches the user's.
+        self._lock = threading.Lock()
+
+    @property
+    def available(self) -> bool:
+        return threading.current_thread() is threading.main_thread()
 
     def __enter__(self) -> MainThreadInterrupter:
         if self.available:
             self._previous = signal.signal(INTERRUPT_SIGNAL, self._handle)
+            self._installed = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.armed = False
-        if self.available:
-            signal.signal(INTERRUPT_SIGNAL, self._previous)
+        self.armed = False  # first: a signal that comes while this waits for the lock raises nothing
+        with self._lock:
+            if not self._installed:
+                return
+            deadline = time.monotonic() + 1.0
+            while self._sent and time.monotonic() < deadline:
+                time.sleep(0.001)  # ours is pending: let our handler take it (it does nothing, unarmed)
+            self._installed = False
+            if signal.getsignal(INTERRUPT_SIGNAL) == self._handle:  # not if the user has set their own since
+                signal.signal(INTERRUPT_SIGNAL, self._previous)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.armed:
-            raise Interrupted()
+        ours, self._sent = self._sent, False
+        if ours:
+            if self.armed:
+                raise Interrupted()
+            return  # next() returned meanwhile: nothing left to end
+        chain(self._previous, signum, frame)
 
     def interrupt(self) -> bool:
         """End the main thread's next(), if it is in one; whether a signal was sent."""
-        # The user may have set their own handler since: a signal to it would not end the next().
-        if not (self.available and self.armed and signal.getsignal(INTERRUPT_SIGNAL) == self._handle):
-            return False
-        signal.pthread_kill(threading.main_thread().ident or 0, INTERRUPT_SIGNAL)
-        return True
-
-
-_kept: MainThreadInterrupter | None = None
-
-
-def kept_interrupter() -> MainThreadInterrupter | None:
-    """The process's interrupter, entered once in the main thread and kept installed, for callers that arm
-    it around every next() and cannot afford to install a handler each time; None outside the main thread.
-
-    Kept installed, it ignores the signal while not armed (where the default action would end the process).
-    """
-    global _kept
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if _kept is None:
-        _kept = MainThreadInterrupter().__enter__()
-    return _kept
+        with self._lock:
+            # The user may have set their own handler since: a signal to it would not end the next().
+            if not (self._installed and self.armed and signal.getsignal(INTERRUPT_SIGNAL) == self._handle):
+                return False
+            self._sent = True
+            signal.pthread_kill(threading.main_thread().ident or 0, INTERRUPT_SIGNAL)
+            return True

@@ -128,6 +128,7 @@ class TapIterator:
         self.epoch = epoch
         self.index = 0  # the number of the next batch, failed ones counted
         self.delivered = 0
+        self.interrupted = False  # the last next() was ended by Ctrl-C or SystemExit
         self.pids: list[int] = []
         loader = tap.loader
         # Persistent workers start once; later iter() calls fork nothing, so there is no state to record.
@@ -151,6 +152,9 @@ class TapIterator:
         # Events are made only for listeners: a guard without any pays for a clock read or two per batch.
         listening = bool(tap.listeners)
         self.waiting_since = started = clock()
+        if self.interrupted and not self.delivered:
+            self.started_at = started
+        self.interrupted = False
         cpu_started = time.process_time() if listening else 0.0
         try:
             batch = next(self.inner)
@@ -162,6 +166,12 @@ class TapIterator:
             self.waiting_since = None
             tap.emit(BatchFailed(self.epoch, self.index, clock() - started, error))
             self.index += 1
+            raise
+        except BaseException:
+            # Ctrl-C (or SystemExit) ended the wait: nobody waits now, and a first batch's clock starts anew at
+            # the next next(), so that the pause before it is no start-up and no stall.
+            self.waiting_since = None
+            self.interrupted = True
             raise
         delivered = clock()
         self.waiting_since = None

@@ -276,3 +276,37 @@ def test_the_users_timeout_raises_as_torchs_does():
         with pytest.raises(RuntimeError, match="timed out after 2 seconds"):
             got.extend(b.tolist() for b in guarded)
         assert got == [[0, 1], [2, 3]] and guarded.restarts == 0
+
+
+_REASSIGNED = """
+import loaderdoctor
+from torch.utils.data import Dataset
+
+class Bad(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        if index == 5:
+            raise ValueError("bad sample")
+        return index
+
+for _ in range(2):  # the second loader's forked workers hold a copy of the first, which they collect
+    loader = loaderdoctor.DataLoader(Bad(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    try:
+        list(loader)
+    except ValueError:
+        pass
+loader.close()
+"""
+
+
+def test_a_loader_that_raised_and_was_replaced_ends_silently(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "reassigned.py"
+    script.write_text(_REASSIGNED)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "AssertionError" not in done.stderr, done.stderr

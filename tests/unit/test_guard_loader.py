@@ -264,3 +264,34 @@ def test_setting_the_loaders_attributes_behaves_as_with_torch():
     iter(guarded)
     assert guarded.policy.floor_s == 2 * 7 + 5.0
     guarded.close()
+
+
+class CtrlCOnceAt(Pairs):
+    """Ctrl-C pressed while sample 5 loads (in a notebook: the cell stops, the loader is kept)."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index == 5 and not self.pressed:
+            self.pressed = True
+            raise KeyboardInterrupt
+        return super().__getitem__(index)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("at_first_batch", [False, True])
+def test_ctrl_c_in_next_ends_the_wait_no_stall_follows_and_iteration_goes_on(at_first_batch):
+    dataset = CtrlCOnceAt()
+    with guard(DataLoader(dataset, batch_size=4 if not at_first_batch else 6), stall_timeout=1.0) as guarded:
+        iterator = iter(guarded)
+        if not at_first_batch:
+            next(iterator)
+        with pytest.raises(KeyboardInterrupt):
+            next(iterator)
+        time.sleep(2.0)  # the user looks around, longer than the 1 s deadline
+        rest = [b[1].tolist() for b in iterator]
+        assert guarded.events == [] and guarded.restarts == 0
+        assert rest[-1][-1] == 20
+        again = [b[1].tolist() for b in guarded]  # the next iter() works
+        assert again[0][0] == 0 and again[-1][-1] == 20

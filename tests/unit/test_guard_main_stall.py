@@ -139,8 +139,28 @@ def test_a_loader_that_came_down_through_a_single_spawned_worker_does_not_go_bac
 
 
 @pytest.mark.timeout(30)
-def test_the_kept_handler_ignores_the_signal_outside_the_guards_next():
-    with guard(DataLoader(BlocksAt(), batch_size=4), stall_timeout=5) as guarded:
-        first = next(iter(guarded))
-    signal.pthread_kill(threading.main_thread().ident or 0, INTERRUPT_SIGNAL)  # not armed: nothing is raised
-    assert first.tolist() == [0, 1, 2, 3]
+class SignalsDuring(Dataset):
+    """Sends this process a SIGUSR2 (as a scheduler warns of preemption) while one sample loads."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            signal.raise_signal(INTERRUPT_SIGNAL)
+        return index
+
+
+def test_the_users_sigusr2_handler_runs_during_and_after_a_guarded_loop():
+    received = []
+    users = signal.signal(INTERRUPT_SIGNAL, lambda signum, frame: received.append(signum))
+    try:
+        handler = signal.getsignal(INTERRUPT_SIGNAL)
+        with guard(DataLoader(SignalsDuring(), batch_size=4), stall_timeout=5) as guarded:
+            assert [b.tolist() for b in guarded] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+            assert received == [INTERRUPT_SIGNAL]  # passed on from the guard's handler, in next()
+            assert signal.getsignal(INTERRUPT_SIGNAL) is handler  # between next() calls: the user's
+        signal.raise_signal(INTERRUPT_SIGNAL)
+        assert received == [INTERRUPT_SIGNAL] * 2 and signal.getsignal(INTERRUPT_SIGNAL) is handler
+    finally:
+        signal.signal(INTERRUPT_SIGNAL, users)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing.connection
+import os
 import shutil
 import tempfile
 from typing import TYPE_CHECKING
@@ -96,6 +97,9 @@ class Resources:
     def __init__(self) -> None:
         self.inner: Inner | None = None
         self.dump_dir: str | None = None
+        # A forked worker holds a copy of this, which its garbage collector may release: workers and folders
+        # are the process's that made them, which alone may end them.
+        self.pid = os.getpid()
 
     def stack_dir(self) -> str:
         if self.dump_dir is None:
@@ -103,6 +107,8 @@ class Resources:
         return self.dump_dir
 
     def release(self) -> None:
+        if os.getpid() != self.pid:
+            return
         if self.inner is not None:
             self.inner.close()
             self.inner = None

@@ -43,7 +43,7 @@ from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, che
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
 from loaderdoctor.guard.texts import stuck_text
 from loaderdoctor.guard.workerview import UsersDatasetHook
-from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter, kept_interrupter
+from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tap import Tap, dead_worker_pids, is_worker_death, starts_workers
@@ -96,8 +96,8 @@ class GuardedLoader:
 
     Without workers (num_workers=0) loading runs in the main process: on a stall the guard takes the main
     thread's stack and, when next() runs in the main thread, interrupts the stuck next() (with SIGUSR2, whose
-    handler the guard installs once and keeps; it raises only inside the guard's next() and ignores the
-    signal elsewhere). Then, counted as a restart, loading moves up to one worker started with spawn
+    handler is in place only during the guard's next() and passes any SIGUSR2 it did not send to the handler
+    that was there before). Then, counted as a restart, loading moves up to one worker started with spawn
     (not persistent: each epoch reads the dataset as the main process holds it, as loading there did), which the
     guard can end if it stalls again, and resumes at the first batch not yet delivered. That worker is the last
     rung: should it fail too, a LoaderDoctorError ends the run, so loading never goes back and forth between the
@@ -177,6 +177,7 @@ class GuardedLoader:
         self._consumer = threading.current_thread()
         # Set while the main thread is in this loader's next() of a num_workers=0 iterator: what ends it.
         self._main_interrupter: MainThreadInterrupter | None = None
+        self._interrupter = MainThreadInterrupter()  # its handler in place only around such a next()
         self._last_stacks: list[WorkerStack] = []
         self._resources = Resources()
         weakref.finalize(self, self._resources.release)
@@ -559,13 +560,16 @@ class GuardedLoader:
                 self._recover("stall" if inner.stalled else "worker-died", None)
                 self._open()
                 continue
-            interrupter = kept_interrupter() if not inner.settings.num_workers else None
+            interrupter = self._interrupter if not inner.settings.num_workers and self._interrupter.available else None
             try:
                 children.arm(inner)
-                if interrupter is not None:
-                    interrupter.armed, self._main_interrupter = True, interrupter
                 try:
-                    batch = next(inner.iterator)
+                    if interrupter is None:
+                        batch = next(inner.iterator)
+                    else:
+                        with interrupter:
+                            interrupter.armed, self._main_interrupter = True, interrupter
+                            batch = next(inner.iterator)
                 finally:
                     if interrupter is not None:
                         interrupter.armed, self._main_interrupter = False, None
