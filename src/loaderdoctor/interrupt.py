@@ -42,13 +42,25 @@ class MainThreadInterrupter:
     def available(self) -> bool:
         return threading.current_thread() is threading.main_thread()
 
+    @property
+    def installed(self) -> bool:
+        return self._installed
+
     def __enter__(self) -> MainThreadInterrupter:
-        if self.available:
-            self._previous = signal.signal(INTERRUPT_SIGNAL, self._handle)
-            self._installed = True
+        self.install()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    def install(self) -> None:
+        """Put the handler in place, from the main thread (elsewhere nothing happens); once until uninstall()."""
+        if self.available and not self._installed:
+            self._previous = signal.signal(INTERRUPT_SIGNAL, self._handle)
+            self._installed = True
+
+    def uninstall(self) -> None:
+        """Put back the handler that was there before, unless another was set since."""
         self.armed = False  # first: a signal that comes while this waits for the lock raises nothing
         with self._lock:
             if not self._installed:

@@ -159,7 +159,7 @@ def test_the_users_sigusr2_handler_runs_during_and_after_a_guarded_loop():
         with guard(DataLoader(SignalsDuring(), batch_size=4), stall_timeout=5) as guarded:
             assert [b.tolist() for b in guarded] == [[0, 1, 2, 3], [4, 5, 6, 7]]
             assert received == [INTERRUPT_SIGNAL]  # passed on from the guard's handler, in next()
-            assert signal.getsignal(INTERRUPT_SIGNAL) is handler  # between next() calls: the user's
+            assert signal.getsignal(INTERRUPT_SIGNAL) is handler  # once the epoch ended: the user's again
         signal.raise_signal(INTERRUPT_SIGNAL)
         assert received == [INTERRUPT_SIGNAL] * 2 and signal.getsignal(INTERRUPT_SIGNAL) is handler
     finally:

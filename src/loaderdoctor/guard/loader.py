@@ -94,18 +94,18 @@ class GuardedLoader:
     share over `max_bad_fraction` at BAD_SHARE_CONFIDENCE (see too_many_bad), a LoaderDoctorError naming them
     ends the run.
 
-    Without workers (num_workers=0) loading runs in the main process: on a stall the guard takes the main
-    thread's stack and, when next() runs in the main thread, interrupts the stuck next() (with SIGUSR2, whose
-    handler is in place only during the guard's next() and passes any SIGUSR2 it did not send to the handler
-    that was there before). Then, counted as a restart, loading moves up to one worker started with spawn
-    (not persistent: each epoch reads the dataset as the main process holds it, as loading there did), which the
-    guard can end if it stalls again, and resumes at the first batch not yet delivered. That worker is the last
-    rung: should it fail too, a LoaderDoctorError ends the run, so loading never goes back and forth between the
-    main process and a worker (nor goes up at all when a single spawned worker was tried before). When the
-    dataset or its functions cannot be pickled for a spawned worker, loading resumes in the main process
-    instead, up to max_restarts times. Either way the error, once it comes, names the epoch, the batch, the stuck
-    frame (file:line) and the settings tried. When next() runs in another thread, which no signal can
-    interrupt, the stall is only recorded and logged, and the guard waits.
+    Without workers (num_workers=0) loading runs in the main process: on a stall the guard takes the main thread's
+    stack and, when next() runs in the main thread, interrupts the stuck next() (with SIGUSR2, whose handler is in
+    place only while such an epoch runs, raises only inside the guard's next(), and passes any SIGUSR2 it did not
+    send to the handler that was there before). Then, counted as a restart, loading moves up to one worker started
+    with spawn (not persistent: each epoch reads the dataset as the main process holds it, as loading there did),
+    which the guard can end if it stalls again, and resumes at the first batch not yet delivered. That worker is the
+    last rung: should it fail too, a LoaderDoctorError ends the run, so loading never goes back and forth between
+    the main process and a worker (nor goes up at all when a single spawned worker was tried before). When the
+    dataset or its functions cannot be pickled for a spawned worker, loading resumes in the main process instead, up
+    to max_restarts times. Either way the error, once it comes, names the epoch, the batch, the stuck frame
+    (file:line) and the settings tried. When next() runs in another thread, which no signal can interrupt, the stall
+    is only recorded and logged, and the guard waits.
 
     An IterableDataset is guarded when it offers state_dict() and load_state_dict() (see guard/streams.py for
     what they must do); without them the guard refuses it with a UsageError, since a restart would repeat or
@@ -177,7 +177,7 @@ class GuardedLoader:
         self._consumer = threading.current_thread()
         # Set while the main thread is in this loader's next() of a num_workers=0 iterator: what ends it.
         self._main_interrupter: MainThreadInterrupter | None = None
-        self._interrupter = MainThreadInterrupter()  # its handler in place only around such a next()
+        self._interrupter = MainThreadInterrupter()  # its handler in place only during such an epoch
         self._last_stacks: list[WorkerStack] = []
         self._resources = Resources()
         weakref.finalize(self, self._resources.release)
@@ -523,6 +523,8 @@ class GuardedLoader:
             inner.loader.generator.set_state(self._seed_state)
         inner.start = self._position
         inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
+        if not inner.settings.num_workers:
+            self._interrupter.install()  # while this epoch runs in the main process (main thread only)
         children.arm(inner)
         try:
             inner.iterator = inner.tap.epoch(self._epoch)
@@ -560,16 +562,15 @@ class GuardedLoader:
                 self._recover("stall" if inner.stalled else "worker-died", None)
                 self._open()
                 continue
-            interrupter = self._interrupter if not inner.settings.num_workers and self._interrupter.available else None
+            interrupter = self._interrupter
+            if inner.settings.num_workers or not (interrupter.installed and interrupter.available):
+                interrupter = None
             try:
                 children.arm(inner)
+                if interrupter is not None:
+                    interrupter.armed, self._main_interrupter = True, interrupter
                 try:
-                    if interrupter is None:
-                        batch = next(inner.iterator)
-                    else:
-                        with interrupter:
-                            interrupter.armed, self._main_interrupter = True, interrupter
-                            batch = next(inner.iterator)
+                    batch = next(inner.iterator)
                 finally:
                     if interrupter is not None:
                         interrupter.armed, self._main_interrupter = False, None
@@ -640,6 +641,7 @@ class GuardedLoader:
 
     def _end_epoch(self) -> None:
         self._active = False
+        self._interrupter.uninstall()
         inner = self._inner
         if inner is not None:
             inner.stop_watching()
@@ -647,6 +649,7 @@ class GuardedLoader:
             self._slowest_wait_s = max(self._slowest_wait_s, inner.tap.slowest_wait_s)
 
     def _close_inner(self) -> None:
+        self._interrupter.uninstall()
         inner = self._inner
         if inner is not None:
             self._slowest_wait_s = max(self._slowest_wait_s, inner.tap.slowest_wait_s)
