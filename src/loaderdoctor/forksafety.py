@@ -15,7 +15,7 @@ import psutil
 import torch
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.host import OWN_THREAD_PREFIX
+from loaderdoctor.host import OWN_THREAD_PREFIX, thread_frames
 from loaderdoctor.pickling import pickled_bytes, worker_payload
 from loaderdoctor.recording import AliveThread, IteratorFacts, Recording
 from loaderdoctor.settings import LoaderSpec, Settings
@@ -60,7 +60,7 @@ def _entry_point(thread: threading.Thread, frames: dict[int, Any]) -> tuple[str,
 
 def other_threads() -> list[AliveThread]:
     """The threads alive in this process besides the main one and loaderdoctor's own, with where they run."""
-    frames = sys._current_frames()
+    frames = thread_frames()
     alive = []
     for thread in threading.enumerate():
         if (

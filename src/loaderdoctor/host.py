@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import resource
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import psutil
 import torch
@@ -17,6 +20,21 @@ from loaderdoctor.recording import HostFacts, OtherProcess, StrayProcess
 
 # Threads loaderdoctor starts are named with this prefix, so they are never counted as the user's.
 OWN_THREAD_PREFIX = "loaderdoctor-"
+
+
+def thread_frames() -> dict[int, FrameType]:
+    """Each thread's current frame, by thread id: sys._current_frames() with the garbage collector paused. A
+    collection started inside it may run a finalizer that releases the GIL while CPython holds its thread-list
+    lock, and deadlock with a thread that is exiting (CPython gh-106883, fixed after Python 3.11.7)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
+
+
 _WORKER_MARKERS = ("multiprocessing.spawn", "multiprocessing.forkserver", "spawn_main")
 _STRAY_CPU_SAMPLE_S = 0.2
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
-from loaderdoctor.forksafety import ForkHazards, forkserver_blocker
+from loaderdoctor.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.host import OtherLoad, host_facts
 from loaderdoctor.indexed import IndexedDataset, parse_sample_failures
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
@@ -28,21 +28,16 @@ from loaderdoctor.recording import (
     Stall,
     Window,
     WorkerDeath,
+    WorkerStack,
     epoch_overhead_s,
     first_startup_s,
 )
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
+from loaderdoctor.stalls import Ended, respond_to_stall
 from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator, is_worker_death, starts_workers
-from loaderdoctor.target import describe_exception
+from loaderdoctor.usercode import describe_exception
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
-from loaderdoctor.workers import (
-    StackDumpHook,
-    WorkerSampler,
-    dump_worker_stacks,
-    kill_workers,
-    thread_idle,
-    thread_stack,
-)
+from loaderdoctor.workers import StackDumpHook, WorkerSampler, thread_idle
 from loaderdoctor.workload import Step, sleep_step
 
 log = logging.getLogger("loaderdoctor")
@@ -174,28 +169,32 @@ class ProbeSession:
             )
 
     def on_stall(self, notice: StallNotice) -> None:
-        """From the watchdog's thread: capture where loading is stuck, then end the stuck next()."""
-        if notice.pids:
-            stacks = dump_worker_stacks(notice.pids, self.dump_dir)
-            idle = self.sampler.cpu_idle(notice.pids, self.policy.idle_window_s)
-        else:
-            stacks, idle = [thread_stack(self.consumer)], thread_idle(self.consumer)
-        # Set before the workers are killed: the loop reads it when their death ends the stuck next().
-        self.rec.stall = Stall(
-            epoch=notice.epoch,
-            batch=notice.batch,
-            waited_s=notice.waited_s,
-            threshold_s=notice.threshold_s,
-            reason=notice.reason,
-            stacks=stacks,
-            workers_cpu_idle=idle,
-            over_budget=notice.over_budget,
+        """From the watchdog's thread: capture where loading is stuck, then end the stuck next() (see stalls.py).
+        Workers killed: torch notices at once through its SIGCHLD handler in the main thread, else within its
+        5 s check."""
+
+        def record(stacks: list[WorkerStack]) -> None:
+            # Set before the workers are killed: the loop reads it when their death ends the stuck next().
+            if notice.pids:
+                idle = self.sampler.cpu_idle(notice.pids, self.policy.idle_window_s)
+            else:
+                idle = thread_idle(self.consumer)
+            self.rec.stall = Stall(
+                epoch=notice.epoch,
+                batch=notice.batch,
+                waited_s=notice.waited_s,
+                threshold_s=notice.threshold_s,
+                reason=notice.reason,
+                stacks=stacks,
+                workers_cpu_idle=idle,
+                over_budget=notice.over_budget,
+            )
+            log.warning("stall at epoch %d batch %d: %s", notice.epoch, notice.batch, notice.reason)
+
+        ended = respond_to_stall(
+            notice, dump_dir=self.dump_dir, consumer=self.consumer, interrupter=self.interrupter, record=record
         )
-        log.warning("stall at epoch %d batch %d: %s", notice.epoch, notice.batch, notice.reason)
-        if notice.pids:
-            # torch notices at once through its SIGCHLD handler in the main thread, else within its 5 s check.
-            kill_workers(notice.pids)
-        elif not self.interrupter.interrupt() and not self.interrupter.available:
+        if ended is Ended.WAITING and not self.interrupter.available:
             log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
 
     # Running
@@ -325,7 +324,7 @@ class ProbeSession:
         if self.step is not None and self.step_times:
             rec.step_s = statistics.median(self.step_times)
         forks = rec.start_method == "fork" or rec.settings.num_workers == 0
-        if forks and (ForkHazards.of(rec.iterators) or rec.outcome != "completed"):
+        if forks and (recorded_hazards(rec) or rec.outcome != "completed"):
             rec.forkserver_blocker = forkserver_blocker(self.spec)
         return rec
 

@@ -82,15 +82,21 @@ class Settings:
             return self.num_workers + prefetch
         return self.num_workers * prefetch
 
+    def brief(self) -> str:
+        """What loads, in two or three words, where a sentence names settings by their workers alone: "4 workers",
+        "2 threads", "the main process"."""
+        if self.num_workers == 0:
+            return "the main process"
+        return plural(self.num_workers, "thread" if self.backend == "thread" else "worker")
+
     def describe(self) -> str:
         """These settings in a few words, as every report and message names them:
         "4 workers, prefetch 2, persistent, fork", "2 threads, prefetch 2", "no workers (main process)"."""
         if self.num_workers == 0:
             words = ["no workers (main process)"]
-        elif self.backend == "thread":
-            words = [plural(self.num_workers, "thread"), f"prefetch {self.prefetch_factor or 2}"]
         else:
-            words = [plural(self.num_workers, "worker"), f"prefetch {self.prefetch_factor or 2}"]
+            words = [self.brief(), f"prefetch {self.prefetch_factor or 2}"]
+        if self.num_workers and self.backend == "process":
             if self.persistent_workers:
                 words.append("persistent")
             words.append(self.effective_start_method or "")

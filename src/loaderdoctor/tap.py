@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,30 @@ from torch.utils.data import DataLoader
 
 from loaderdoctor.forksafety import iterator_facts
 from loaderdoctor.recording import IteratorFacts
+
+RECENT_BATCHES = 100  # the watchdog's yardstick is the slowest of this many recent batches
+
+
+class RecentWaits:
+    """The slowest of the last RECENT_BATCHES steady-state waits: the watchdog's yardstick follows the batches
+    down after a hiccup as well as up, so one slow batch does not set the deadline for the rest of the run."""
+
+    def __init__(self, size: int = RECENT_BATCHES) -> None:
+        self._size = size
+        self._count = 0
+        self._candidates: deque[tuple[int, float]] = deque()  # (number, wait), waits decreasing: a window max
+
+    def add(self, wait_s: float) -> None:
+        while self._candidates and self._candidates[-1][1] <= wait_s:
+            self._candidates.pop()
+        self._candidates.append((self._count, wait_s))
+        self._count += 1
+        while self._candidates[0][0] <= self._count - 1 - self._size:
+            self._candidates.popleft()
+
+    @property
+    def slowest_s(self) -> float:
+        return self._candidates[0][1] if self._candidates else 0.0
 
 
 @dataclass(frozen=True)
@@ -178,7 +203,7 @@ class TapIterator:
         wait_s = delivered - started
         first_batch_s = None
         if self.delivered:
-            tap.slowest_wait_s = max(tap.slowest_wait_s, wait_s)
+            tap.waits.add(wait_s)
         else:
             first_batch_s = delivered - self.started_at
         self.delivered += 1
@@ -218,7 +243,12 @@ class Tap:
         self.start_method = start_method
         self.clock = clock
         self.current: TapIterator | None = None
-        self.slowest_wait_s = 0.0  # the slowest steady-state batch so far: the watchdog's yardstick
+        self.waits = RecentWaits()  # the watchdog's yardstick; a guard hands the same one to each new tap
+
+    @property
+    def slowest_wait_s(self) -> float:
+        """The slowest of the recent steady-state batches."""
+        return self.waits.slowest_s
 
     def emit(self, event: Event) -> None:
         for listener in self.listeners:

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
-import sysconfig
-import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loaderdoctor import scenarios
 from loaderdoctor.errors import UsageError
+from loaderdoctor.usercode import describe_exception, display_path, syntax_error_site, user_site
 from loaderdoctor.workload import Workload
 
 _FORMS = "expected MODULE:FUNCTION or path/to/file.py:FUNCTION"
@@ -79,20 +76,6 @@ def resolve(target: str) -> ResolvedTarget:
     fn = _find_function(module, label, module_part, fn_name)
     source = f"{fn_name}() in {module_part}"
     return _from_returned(target, _call(fn, source), source)
-
-
-def describe_exception(exc: BaseException) -> str:
-    """`exc` with where the user's code raised it: "ValueError: msg (at file.py:12 in fn)"."""
-    if isinstance(exc, SyntaxError):
-        text = f"{type(exc).__name__}: {exc.msg}" if exc.msg else type(exc).__name__
-        return f"{text} (at {_syntax_error_site(exc)})" if exc.filename else text
-    message = str(exc).strip()
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    frame = _innermost_user_frame(exc.__traceback__)
-    if frame is None:
-        return text
-    filename, lineno, function = frame
-    return f"{text} (at {_display_path(filename)}:{lineno} in {function})"
 
 
 # --- the TARGET string ---------------------------------------------------------------------------------------
@@ -255,10 +238,10 @@ def _same_path(filename: str, path: Path) -> bool:
 
 def _import_error(label: str, exc: BaseException) -> UsageError:
     """A UsageError for `exc`, raised while importing the user's module called `label`."""
-    at = _user_site(exc)
+    at = user_site(exc)
     where = f" (at {at})" if at else ""
     if isinstance(exc, SyntaxError):
-        site = _syntax_error_site(exc)
+        site = syntax_error_site(exc)
         return UsageError(
             f"syntax error in {site}: {exc.msg}",
             hint=f"fix it; `python -m py_compile {site.rpartition(':')[0]}` checks a file without running it",
@@ -320,7 +303,7 @@ def _missing_function(module: ModuleType, label: str, fn_name: str) -> UsageErro
     candidates = close + [name for name in defined_here if name not in close]
     listed = candidates[:_MAX_LISTED]
     filename = getattr(module, "__file__", None)
-    where = label if label.endswith(".py") or not filename else f"{label} ({_display_path(filename)})"
+    where = label if label.endswith(".py") or not filename else f"{label} ({display_path(filename)})"
     suggestion = f"did you mean {close[0]!r}? " if close else ""
     if listed:
         more = ", ..." if len(candidates) > len(listed) else ""
@@ -341,7 +324,7 @@ def _required_parameters(fn: Any) -> list[str]:
 
 def _defined_at(fn: Any) -> str:
     code = getattr(fn, "__code__", None)
-    return f" (defined at {_display_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
+    return f" (defined at {display_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
 
 
 def _call(fn: Any, source: str) -> Any:
@@ -476,60 +459,6 @@ def _length_or_none(sized: Any) -> int | None:
         return len(sized)
     except Exception:
         return None
-
-
-# --- locations in the user's code ----------------------------------------------------------------------------
-
-
-def _syntax_error_site(exc: SyntaxError) -> str:
-    return f"{_display_path(exc.filename or '<unknown>')}:{exc.lineno}"
-
-
-def _user_site(exc: BaseException) -> str | None:
-    frame = _innermost_user_frame(exc.__traceback__)
-    return f"{_display_path(frame[0])}:{frame[1]}" if frame else None
-
-
-def _innermost_user_frame(tb: TracebackType | None) -> tuple[str, int, str] | None:
-    """The innermost (file, line, function) in the user's code; else outside loaderdoctor and torch; else any."""
-    frames = [(frame.f_code.co_filename, lineno, frame.f_code.co_name) for frame, lineno in traceback.walk_tb(tb)]
-    real = [frame for frame in reversed(frames) if not frame[0].startswith("<")]
-    for frame in real:
-        if not _is_under(frame[0], _own_roots() + _library_roots()):
-            return frame
-    for frame in real:
-        if not _is_under(frame[0], _own_roots()):
-            return frame
-    return real[0] if real else None
-
-
-@functools.cache
-def _own_roots() -> tuple[str, ...]:
-    """loaderdoctor's and torch's directories: frames there are never the user's."""
-    return tuple(os.path.realpath(os.path.dirname(f)) for f in (__file__, torch.__file__) if f)
-
-
-@functools.cache
-def _library_roots() -> tuple[str, ...]:
-    """The standard library's and installed packages' directories."""
-    paths = sysconfig.get_paths()
-    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)}
-    return tuple(os.path.realpath(root) for root in sorted(roots))
-
-
-def _is_under(filename: str, roots: tuple[str, ...]) -> bool:
-    path = os.path.realpath(filename)
-    return any(path == root or path.startswith(root + os.sep) for root in roots)
-
-
-def _display_path(filename: str) -> str:
-    """`filename` relative to the current directory when it lies under it, else as it is."""
-    try:
-        relative = os.path.relpath(filename)
-    except ValueError:  # another drive on Windows
-        return filename
-    outside = relative == os.pardir or relative.startswith(os.pardir + os.sep)
-    return filename if outside else relative
 
 
 def resolve_any(target_or_loader: Any, caller: str) -> ResolvedTarget:

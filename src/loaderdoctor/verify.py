@@ -219,8 +219,8 @@ def _other_data(before: Recording, after: Recording) -> str | None:
     if copies_after > copies_before:
         workers = after.settings.num_workers
         return (
-            f"with {workers} workers every sample came {copies_after} times: the IterableDataset does not split "
-            "its stream across workers (torch.utils.data.get_worker_info()), so each one repeats it"
+            f"with {plural(workers, 'worker')} every sample came {copies_after} times: the IterableDataset does not "
+            "split its stream across workers (torch.utils.data.get_worker_info()), so each one repeats it"
         )
     lengths_before = {e.batches for e in before.epochs if e.ended == "exhausted"}
     lengths_after = {e.batches for e in after.epochs if e.ended == "exhausted"}

@@ -17,9 +17,9 @@ log = logging.getLogger("loaderdoctor")
 class StallPolicy:
     """When waiting for a batch counts as a stall.
 
-    After the first batch: no batch for `multiple` times the slowest batch so far, and never sooner than
-    floor_s. For the first batch of an epoch (start-up, which may legitimately take long): first_batch_s,
-    or sooner, first_batch_idle_s, when the workers have used no CPU for idle_window_s.
+    After the first batch: no batch for `multiple` times the slowest of the recent batches (tap.RecentWaits),
+    and never sooner than floor_s. For the first batch of an epoch (start-up, which may legitimately take
+    long): first_batch_s, or sooner, first_batch_idle_s, when the workers have used no CPU for idle_window_s.
     """
 
     floor_s: float = 10.0
@@ -90,7 +90,10 @@ class Watchdog:
                 continue
             if notice is not None:
                 self.fired = notice
-                self._on_stall(notice)
+                try:
+                    self._on_stall(notice)
+                except Exception:  # the responder ends the workers before anything that could raise
+                    log.exception("the stall handler failed after the stall at epoch %d", notice.epoch)
                 return
 
     def check(self, now: float) -> StallNotice | None:
@@ -109,7 +112,7 @@ class Watchdog:
             reason = (
                 f"no first batch {waited:.1f} s after iter()"
                 if first
-                else f"no batch for {waited:.1f} s, over {policy.multiple:g}x the slowest batch so far "
+                else f"no batch for {waited:.1f} s, over {policy.multiple:g}x the slowest recent batch "
                 f"({self._tap.slowest_wait_s:.2f} s) and the {policy.floor_s:g} s floor"
             )
         elif (

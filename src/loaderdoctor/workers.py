@@ -7,8 +7,6 @@ import faulthandler
 import os
 import re
 import signal
-import sys
-import sysconfig
 import threading
 import time
 import traceback
@@ -16,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-import torch
 
-from loaderdoctor.host import OWN_THREAD_PREFIX
+from loaderdoctor.host import OWN_THREAD_PREFIX, thread_frames
 from loaderdoctor.recording import HostSample, StackFrame, WorkerSample, WorkerStack
+from loaderdoctor.usercode import is_user_frame
 
 STACK_SIGNAL = signal.SIGUSR1
 _DUMP_WAIT_S = 1.0
@@ -157,23 +155,6 @@ def parse_faulthandler(text: str) -> list[StackFrame]:
     return threads[0] if threads else []
 
 
-_STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
-_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
-_OWN_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
-_SCENARIOS_DIR = _OWN_DIR + "scenarios" + os.sep
-
-
-def is_user_frame(frame: StackFrame) -> bool:
-    """Whether a frame is the user's: their code or a library they chose, not Python, torch or loaderdoctor
-    (whose built-in scenarios play the user's part)."""
-    path = os.path.realpath(frame.file)
-    if path.startswith(_SCENARIOS_DIR):
-        return True
-    if frame.file.startswith("<") or path.startswith((_OWN_DIR, _TORCH_DIR)):
-        return False
-    return not path.startswith(_STDLIB_DIR) or "-packages" + os.sep in path
-
-
 def stuck_frame(frames: list[StackFrame]) -> StackFrame | None:
     """The innermost frame in the user's code, where a stuck worker is waiting. In a worker only the frames its
     loop called count: a forked worker's stack also holds the parent's frames, copied by fork, below the loop."""
@@ -229,7 +210,7 @@ def thread_idle(thread: threading.Thread, window_s: float = 0.5, min_cpu_s: floa
 
 def thread_stack(thread: threading.Thread) -> WorkerStack:
     """The current stack of a thread of this process (the main one, when loading runs there)."""
-    frame = sys._current_frames().get(thread.ident or -1)
+    frame = thread_frames().get(thread.ident or -1)
     summary = traceback.extract_stack(frame) if frame is not None else []
     frames = [StackFrame(f.filename, f.lineno or 0, f.name) for f in reversed(summary)]
     return WorkerStack(pid=os.getpid(), frames=frames, stuck_frame=stuck_frame(frames))

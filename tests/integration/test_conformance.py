@@ -250,7 +250,10 @@ def test_a_sample_that_kills_its_worker_raises_in_the_main_process_as_torch_does
         with pytest.raises(RuntimeError, match=r"killed by signal|exited unexpectedly") as raised:
             list(guarded)  # never loaded in this process: the test itself would die
         assert isinstance(raised.value, loaderdoctor.LoaderGaveUp)
+        assert "batch 1 (dataset indices [4, 5, 6, 7])" in str(raised.value)  # sample 5 is there
         assert all(s.num_workers >= 1 for s in guarded.tried)
+        deaths = [e for e in guarded.events if e.kind == "worker-died"]
+        assert deaths and all({"batch": 1, "indices": [4, 5, 6, 7]} in e.detail["in_hand"] for e in deaths)
     assert list(tmp_path.glob("loaderdoctor-*")) == []  # no stack-dump folder left behind
 
 
@@ -310,3 +313,13 @@ def test_a_loader_that_raised_and_was_replaced_ends_silently(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Exception ignored" not in done.stderr and "AssertionError" not in done.stderr, done.stderr
+
+
+def test_signal_handlers_are_as_torch_leaves_them_once_guarded_workers_are_gone():
+    import signal
+
+    list(TorchDataLoader(Augmented(), batch_size=4, num_workers=1, multiprocessing_context="fork"))
+    torchs = signal.getsignal(signal.SIGCHLD)  # torch sets its own once per process, and keeps it
+    with loaderdoctor.DataLoader(Augmented(), batch_size=4, num_workers=2, multiprocessing_context="fork") as guarded:
+        list(guarded)
+    assert signal.getsignal(signal.SIGCHLD) is torchs

@@ -370,6 +370,13 @@ def test_the_check_report_fits_80_columns_and_counts_in_words():
 )
 def test_settings_are_described_one_way_everywhere(settings, words):
     assert settings.describe() == words
+    assert words.startswith("no workers" if settings.num_workers == 0 else settings.brief())
+
+
+def test_settings_named_by_what_loads():
+    assert Settings().brief() == "the main process"
+    assert Settings(num_workers=1).brief() == "1 worker"
+    assert Settings(num_workers=2, backend="thread").brief() == "2 threads"
 
 
 @pytest.mark.parametrize(

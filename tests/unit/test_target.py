@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader
 
 from loaderdoctor import scenarios
 from loaderdoctor.errors import UsageError
-from loaderdoctor.target import ResolvedTarget, describe_exception, resolve
+from loaderdoctor.target import ResolvedTarget, resolve
+from loaderdoctor.usercode import describe_exception
 from loaderdoctor.workload import Workload
 
 LOADERS = """

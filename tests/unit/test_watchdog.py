@@ -9,7 +9,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import loaderdoctor.tap
-from loaderdoctor.tap import Tap
+from loaderdoctor.tap import RecentWaits, Tap
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 
 POLICY = StallPolicy(floor_s=10.0, multiple=20.0, first_batch_s=60.0, first_batch_idle_s=10.0, idle_window_s=4.0)
@@ -83,7 +83,7 @@ def test_steady_stall_after_multiple_of_slowest_batch():
         batch=7,
         waited_s=pytest.approx(20.5),
         threshold_s=20.0,
-        reason="no batch for 20.5 s, over 20x the slowest batch so far (1.00 s) and the 10 s floor",
+        reason="no batch for 20.5 s, over 20x the slowest recent batch (1.00 s) and the 10 s floor",
         pids=[11, 12],
     )
 
@@ -202,3 +202,29 @@ def test_a_tick_while_the_tap_builds_its_iterator_is_harmless(monkeypatch):
     iterator = tap.epoch(0)
     assert ticks == [None]
     assert [batch.tolist() for batch in iterator] == [[0, 1], [2, 3]]
+
+
+def test_the_yardstick_follows_recent_batches_down_after_a_hiccup():
+    waits = RecentWaits(size=3)
+    for wait in (0.1, 30.0, 0.2):
+        waits.add(wait)
+    assert waits.slowest_s == 30.0
+    waits.add(0.1)
+    assert waits.slowest_s == 30.0
+    waits.add(0.3)  # the hiccup is 3 batches old: out of the window
+    assert waits.slowest_s == 0.3
+    waits.add(0.1)
+    assert waits.slowest_s == 0.3
+
+
+def test_a_stall_handler_that_raises_is_logged_and_the_watchdog_ends(caplog):
+    tap = _steady(waiting_since=0.0, slowest_wait_s=0.0)
+    tap.now = 100.0
+
+    def broken(notice):
+        raise ValueError("a bug in the responder")
+
+    dog = Watchdog(tap, StallPolicy(floor_s=1.0), broken, tick_s=0.01).start()
+    dog._thread.join(timeout=5)
+    assert dog.fired is not None and not dog._thread.is_alive()
+    assert "the stall handler failed" in caplog.text

@@ -12,9 +12,9 @@ import torch.utils.data.dataloader
 
 import loaderdoctor.settings
 from loaderdoctor.recording import StackFrame, WorkerSample
+from loaderdoctor.usercode import is_user_frame
 from loaderdoctor.workers import (
     WorkerSampler,
-    is_user_frame,
     parse_faulthandler,
     stuck_frame,
     thread_idle,

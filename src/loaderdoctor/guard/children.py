@@ -1,12 +1,12 @@
 """Deaths of guarded workers raise inside the guard's own next(), never in the user's code.
 
-torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" in the main thread at whatever
-line it is running: during a training step, that error escapes the loader and ends the job. This module
-wraps that handler, once per process: for a guarded loader's worker the error is raised only while the main
-thread is inside that loader's next(); otherwise the loader is flagged and recovers at its next next().
-Deaths of other loaders' workers raise exactly as before. The same handler lets the watchdog's thread end
-a next() that waits on workers it has killed (with forkserver and spawn they are not this process's
-children, so no SIGCHLD comes by itself).
+torch's SIGCHLD handler raises "DataLoader worker ... is killed by signal" in the main thread at whatever line
+it is running: during a training step, that error escapes the loader and ends the job. This module wraps that
+handler while guarded workers are alive (and puts it back when none is): for a guarded loader's worker the error
+is raised only while the main thread is inside that loader's next(); otherwise the loader is flagged and
+recovers at its next next(). Deaths of other loaders' workers raise exactly as before. The same handler lets the
+watchdog's thread end a next() that waits on workers it has killed (with forkserver and spawn they are not this
+process's children, so no SIGCHLD comes by itself).
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ _installed = False
 
 
 def install() -> bool:
-    """Wrap the current SIGCHLD handler (torch's, once a loader started workers), once per process.
-
-    Only the main thread can; whether the wrapper is in place."""
+    """Wrap the current SIGCHLD handler (torch's, once a loader started workers) while guarded workers live:
+    until forget() has forgotten the last of them. Only the main thread can; whether the wrapper is in place."""
     global _installed, _previous
     if _installed:
         return True
@@ -50,6 +49,17 @@ def install() -> bool:
     return True
 
 
+def _uninstall() -> None:
+    """Put back the handler that was there before the wrapper, unless another was set since (main thread only:
+    elsewhere the wrapper stays, passing everything on, until the next chance)."""
+    global _installed, _previous
+    if not _installed or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGCHLD) == _on_sigchld:
+        signal.signal(signal.SIGCHLD, _previous)
+    _installed, _previous = False, None
+
+
 def watch(pids: list[int], owner: Watched) -> None:
     for pid in pids:
         _owners[pid] = owner
@@ -58,6 +68,8 @@ def watch(pids: list[int], owner: Watched) -> None:
 def forget(pids: list[int]) -> None:
     for pid in pids:
         _owners.pop(pid, None)
+    if not _owners:
+        _uninstall()
 
 
 def arm(owner: Watched) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.forksafety import ForkHazards
-from loaderdoctor.settings import Settings
+from loaderdoctor.forksafety import ForkHazards, forkserver_blocker
+from loaderdoctor.settings import LoaderSpec, Settings
+
+log = logging.getLogger("loaderdoctor")
 
 
 @dataclass(frozen=True)
@@ -73,3 +76,38 @@ def start_method_change(
     return SettingChange(
         "start_method", "fork", "forkserver", why + "; pass multiprocessing_context='fork' to keep fork"
     )
+
+
+class StartSafety:
+    """For one guarded loader: whether workers that are not forked can load it (found once, logged once), and
+    the start-method change that what runs in this process now calls for."""
+
+    def __init__(self, spec: LoaderSpec) -> None:
+        self.spec = spec
+        self.explicit = spec.settings.start_method is not None  # multiprocessing_context was given
+        self._known = False
+        self._blocker: str | None = None
+
+    def blocker(self) -> str | None:
+        """Why workers that are not forked could not load this loader; None when they could."""
+        if not self._known:
+            self._known = True
+            self._blocker = forkserver_blocker(self.spec)
+            if self._blocker is not None:
+                log.warning("loaderdoctor guard: only forked workers can load this loader: %s", self._blocker)
+        return self._blocker
+
+    def picklable(self) -> bool:
+        """Whether workers started with forkserver or spawn can load the dataset and its functions."""
+        return self.blocker() is None
+
+    def change_now(self, settings: Settings) -> SettingChange | None:
+        """Before workers start with `settings`: forkserver instead of fork when what runs now (threads, CUDA,
+        compiling) could hang forked workers; a kept change (to warn of) when fork must or was chosen to stay."""
+        if settings.effective_start_method != "fork":
+            return None
+        hazards = ForkHazards.now()
+        if not hazards:
+            return None
+        blocker = None if self.explicit else self.blocker()
+        return start_method_change(settings, hazards, explicit=self.explicit, blocker=blocker)

@@ -1,6 +1,22 @@
-"""What a saved state_dict must be (version, keys, values) for load_state_dict() to restore it: a map-style
-dataset's (the position in the epoch and the generators' states at its start) or an IterableDataset's (the
-state of each worker's stream)."""
+"""What a saved state_dict must be (version, keys, values) for load_state_dict() to restore it.
+
+A map-style dataset's: "epoch" is the epoch the next batch belongs to. Mid-epoch ("epoch_started": true),
+"position" counts its batches delivered, "generators" holds the state that each generator the plans are drawn
+from (by where it sits on the loader, see plan.plan_generators) had when the epoch began drawing its batches,
+and "global_generator" torch's global generator's state then: load_state_dict() draws the epoch again from
+there up to the position, so the state stays small whatever the dataset's length (a CPU generator's state is
+5056 ints from 0 to 255), and an endless sampler resumes too. Between epochs ("epoch_started": false)
+"position" is 0, "generators" holds their states now and "global_generator" is None. "seed_state" holds the
+state the workers' base seed is drawn from. Then the restart count, "skipped" and "samples_seen" (the
+bad-sample budget), which go on counting after a resume.
+
+An IterableDataset's has "dataset": "iterable" and no plan: "position" counts the epoch's batches delivered,
+"worker_states" maps each worker id (as a string; "0" for loading in the main process) to its stream's
+state_dict() right after its last batch delivered (None between epochs), "last_worker" names the stream
+delivered last (the next batch comes from the one after it), and "num_workers" the workers the streams belong
+to; the generators, the seed state and the restart count as above. It is JSON-ready when the dataset's own
+states are.
+"""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.space import Limits, candidate, worker_counts
 from loaderdoctor.tune.trial import Measurement, Trial
+from loaderdoctor.words import plural
 
 log = logging.getLogger("loaderdoctor")
 
@@ -128,7 +129,7 @@ class Search:
             if best is None or not best.usable or self._ratio(trial, best) >= GAIN:
                 best = best_with_workers = trial
             elif count >= 2:
-                trial.note = trial.note or f"not {GAIN:.2f}x faster than {_name(best)}: the climb ends"
+                trial.note = trial.note or f"not {GAIN:.2f}x faster than {best.settings.brief()}: the climb ends"
                 break
             if self.keep_up and trial.keeps_up:
                 trial.note = "keeps up with the training step: more workers would only cost more"
@@ -306,7 +307,7 @@ class Search:
         if demand < COMPUTING * self.limits.cores:
             return False
         trial.note = (
-            f"{workers} workers already use {demand:.1f} of {self.limits.cores:g} cores computing: "
+            f"{plural(workers, 'worker')} already use {demand:.1f} of {self.limits.cores:g} cores computing: "
             "more would only compete for them"
         )
         return True
@@ -352,18 +353,14 @@ class Search:
 
     def _report(self, trial: Trial) -> None:
         log.info(
-            "tune: trial %d %s: %s, %.1f batches/s", trial.number, _name(trial), trial.verdict, trial.batches_per_s
+            "tune: trial %d %s: %s, %.1f batches/s",
+            trial.number,
+            trial.settings.brief(),
+            trial.verdict,
+            trial.batches_per_s,
         )
         if self.progress is not None:
             self.progress(trial)
-
-
-def _name(trial: Trial) -> str:
-    settings = trial.settings
-    if settings.num_workers == 0:
-        return "the main process"
-    unit = "threads" if settings.backend == "thread" else "workers"
-    return f"{settings.num_workers} {unit}"
 
 
 def _mb(size: float) -> str:

@@ -1,0 +1,192 @@
+"""GuardedLoader's answers to a failure: what kind it is, a stall's stacks and the end of what is stuck, a
+worker's death, the restart one rung down, and the error when no restart or rung is left. A base class of
+GuardedLoader, split off by responsibility: it reads and sets the loader's own state, declared below."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from loaderdoctor.errors import LoaderGaveUp
+from loaderdoctor.guard import children
+from loaderdoctor.guard.events import GuardEvent
+from loaderdoctor.guard.inner import Inner, Resources
+from loaderdoctor.guard.recovery import (
+    ASK_WORKERS,
+    DIED,
+    FailureFacts,
+    Rung,
+    choose_rung,
+    classify,
+    death_cause,
+)
+from loaderdoctor.guard.texts import death_event, gave_up_error, restart_event, stall_event
+from loaderdoctor.recording import WorkerStack
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.stalls import Ended, respond_to_stall
+from loaderdoctor.tap import dead_worker_pids
+from loaderdoctor.watchdog import StallNotice
+
+if TYPE_CHECKING:
+    import threading
+
+    from loaderdoctor.guard.resume import Resume
+    from loaderdoctor.guard.safe import StartSafety
+    from loaderdoctor.interrupt import MainThreadInterrupter
+
+log = logging.getLogger("loaderdoctor")
+
+# A worker's death also shows as other errors (a batch whose shared memory cannot be fetched from it any more:
+# ConnectionResetError, EOFError...); give a dying worker this long to be seen dead before blaming the user.
+_DEATH_GRACE_S = 0.5
+
+
+class FailureHandling:
+    """The failure half of GuardedLoader (see the module's docstring)."""
+
+    # The loader's state this half reads and sets (GuardedLoader.__init__ sets them).
+    settings: Settings
+    tried: list[Settings]
+    restarts: int
+    max_restarts: int
+    _spec: LoaderSpec
+    _resume: Resume
+    _safety: StartSafety
+    _resources: Resources
+    _epoch: int
+    _position: int
+    _escalated: bool
+    _active: bool
+    _consumer: threading.Thread
+    _main_interrupter: MainThreadInterrupter | None
+    _last_stacks: list[WorkerStack]
+    _last_loading: list[tuple[int, Any]] | None  # the batches the worker that died last had in hand
+
+    @property
+    def _inner(self) -> Inner | None:
+        return self._resources.inner
+
+    def _record(self, event: GuardEvent) -> None:
+        raise NotImplementedError
+
+    def _close_inner(self) -> None:
+        raise NotImplementedError
+
+    def _facts(self, inner: Inner) -> FailureFacts:
+        return FailureFacts(
+            num_workers=inner.settings.num_workers,
+            pids=list(inner.pids),
+            stalled=inner.stalled,
+            died=inner.died,
+            users_timeout_s=float(self._spec.timeout),
+        )
+
+    def _failure(self, inner: Inner | None, error: BaseException) -> str | None:
+        """What the guard recovers from in `error`: STALL, DIED, or None (the user's to see): see recovery.py."""
+        if inner is None:
+            return None
+        kind = classify(error, self._facts(inner))
+        if kind != ASK_WORKERS:
+            return kind
+        dead = inner.dead_workers(_DEATH_GRACE_S)
+        if not dead:
+            return None
+        inner.died = f"DataLoader worker (pid(s) {', '.join(map(str, dead))}) exited: {type(error).__name__}: {error}"
+        return DIED
+
+    def _stall(self, inner: Inner, notice: StallNotice) -> None:
+        """From the watchdog's thread: take the stuck workers' stacks, record the stall, end the workers (or
+        interrupt the main thread's next()): see stalls.py."""
+        interrupter = None if notice.pids else self._main_interrupter
+        ended = respond_to_stall(
+            notice,
+            dump_dir=self._resources.stack_dir(),
+            consumer=self._consumer,
+            interrupter=interrupter,
+            record=lambda stacks: self._record_stall(inner, notice, stacks, interrupted=interrupter is not None),
+        )
+        if ended is Ended.KILLED:
+            # The blocked next() ends at once: by torch's SIGCHLD handler for forked workers, by this one for
+            # the others (torch would notice only at its next 5 s check).
+            children.interrupt(inner)
+        elif interrupter is not None and ended is not Ended.INTERRUPTED:
+            log.error("loaderdoctor guard: SIGUSR2 has another handler now: the stuck next() cannot be interrupted")
+
+    def _record_stall(self, inner: Inner, notice: StallNotice, stacks: list[WorkerStack], *, interrupted: bool) -> None:
+        self._last_stacks = stacks
+        self._record(stall_event(notice, inner.start + notice.batch, inner.settings, stacks, interrupted=interrupted))
+
+    def _recover(self, kind: str, error: BaseException | None) -> None:
+        """End the failed iterator and step one rung down the ladder (after a main-process stall: up to a worker),
+        or raise when no restart or rung is left: see recovery.choose_rung."""
+        inner = self._inner
+        failed = inner.settings if inner is not None else self.settings
+        if kind == DIED:
+            cause = death_cause(error, None if inner is None else inner.died)
+            self._last_loading = None if inner is None else self._loading_when_died(inner, cause)
+            self._record(death_event(self._epoch, self._position, cause, self._last_loading))
+        self._close_inner()
+        rung = choose_rung(
+            failed,
+            kind,
+            restarts_left=self.restarts < self.max_restarts,
+            escalated=self._escalated,
+            tried=self.tried,
+            picklable=self._safety.picklable,
+            per_worker_streams=self._resume.per_worker_streams,
+        )
+        if rung is None:
+            self._active = False
+            self._resources.release()  # no worker and no stack-dump folder left behind
+            raise self._gave_up(kind, error) from error
+        escalated = failed.num_workers == 0 and rung.settings.num_workers > 0
+        self._escalated = self._escalated or escalated
+        self.restarts += 1
+        self.settings = rung.settings
+        self._record_restart(kind, failed, rung, escalated)
+
+    def _record_restart(self, kind: str, failed: Settings, rung: Rung, escalated: bool) -> None:
+        words, more = self._resume.restart_words(rung.settings)
+        message, detail = restart_event(
+            kind,
+            self._epoch,
+            self._position,
+            self._at() + words,
+            self.restarts,
+            self.max_restarts,
+            (failed, rung.settings),
+        )
+        detail.update(escalated=escalated, **more)
+        self._record(GuardEvent("restart", self._epoch, self._position, message + rung.why, detail))
+
+    def _at(self) -> str:
+        """The epoch's next batch, as the guard's messages name it: of how many, when a plan says."""
+        length = self._resume.length()
+        return f"batch {self._position}" + ("" if length is None else f" of {length}")
+
+    def _gave_up(self, kind: str, error: BaseException | None) -> LoaderGaveUp:
+        if self._escalated:
+            why_no_rung = " Loading had moved out of the main process to one spawned worker already: the last rung."
+        else:
+            why_no_rung = self._resume.gave_up_words(self.settings)
+        where = f"epoch {self._epoch}, {self._at()}"
+        tried = self.tried or [self.settings]
+        stacks, loading = self._last_stacks, self._last_loading if kind == DIED else None
+        return gave_up_error(kind, where, tried, self.restarts, self.max_restarts, why_no_rung, stacks, error, loading)
+
+    def _loading_when_died(self, inner: Inner, cause: str) -> list[tuple[int, Any]] | None:
+        """The plan positions and indices (None over an IterableDataset) of the batches a dead worker had in hand:
+        its tasks whose batch the main process had not received (one of them killed it; torch does not say which
+        it had finished). None when unknown."""
+        torch_iterator = inner.iterator.inner if inner.iterator is not None else None
+        tasks = getattr(torch_iterator, "_task_info", None)
+        workers = getattr(torch_iterator, "_workers", None)
+        if not tasks or not workers:
+            return None
+        dead = set(dead_worker_pids(cause)) or {w.pid for w in workers if not w.is_alive()}
+        ids = {number for number, worker in enumerate(workers) if worker.pid in dead}
+        waiting = [task for task, info in tasks.items() if len(info) == 1 and info[0] in ids]
+        if not waiting:
+            return None
+        positions = [inner.start + task for task in sorted(waiting)]
+        return [(position, self._resume.indices(position)) for position in positions]

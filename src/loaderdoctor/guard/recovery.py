@@ -1,0 +1,114 @@
+"""What the guard makes of a failure, as pure functions: which kind it is (a stall, a worker's death, or the
+user's own error) and which settings the next restart runs with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loaderdoctor.guard.children import GuardInterrupt
+from loaderdoctor.guard.ladder import escalation, next_rung
+from loaderdoctor.settings import Settings
+from loaderdoctor.tap import dead_worker_pids, is_worker_death
+
+STALL, DIED = "stall", "worker-died"
+ASK_WORKERS = "ask-workers"  # not known from the error: a worker's death shows so too, if one is dead now
+
+_TIMED_OUT = "timed out after"  # torch's own error when the user's DataLoader(timeout=...) passes
+_FROM_A_WORKER = "in DataLoader worker process"  # torch's re-raise of an exception the dataset raised in a worker
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    """What the guard knows of the iterator that failed."""
+
+    num_workers: int
+    pids: list[int]  # its workers
+    stalled: bool  # the watchdog fired and ended the workers
+    died: str | None  # a death the SIGCHLD handler saw
+    users_timeout_s: float  # the user's DataLoader(timeout=...), 0 for none
+
+
+def is_users_timeout(error: BaseException, facts: FailureFacts) -> bool:
+    """Whether `error` is torch's when the user's own DataLoader(timeout=...) passed: theirs to see."""
+    return bool(facts.num_workers and facts.users_timeout_s) and (
+        isinstance(error, RuntimeError) and _TIMED_OUT in str(error)
+    )
+
+
+def classify(error: BaseException, facts: FailureFacts) -> str | None:
+    """STALL, DIED, ASK_WORKERS (an error that is not the dataset's, with workers: a death if one is dead), or
+    None: the user's to see (the dataset's own error, the user's timeout, another loader's worker)."""
+    if isinstance(error, GuardInterrupt) or facts.stalled:
+        return STALL
+    if is_users_timeout(error, facts):
+        return None
+    if is_worker_death(error):
+        pids = dead_worker_pids(error)
+        return None if pids and not set(pids) & set(facts.pids) else DIED
+    if facts.died:
+        return DIED
+    if facts.num_workers and _FROM_A_WORKER not in str(error):
+        return ASK_WORKERS
+    return None
+
+
+def death_cause(error: BaseException | None, died: str | None) -> str:
+    """A worker's death in words: torch's report, or the error it showed as."""
+    if error is not None and is_worker_death(error):
+        return str(error)
+    if died is not None:
+        return died + (" (seen between batches)" if error is None else "")
+    return f"{type(error).__name__}: {error}"
+
+
+@dataclass(frozen=True)
+class Rung:
+    """The settings of the next restart, and why, in words added to its event (may be empty)."""
+
+    settings: Settings
+    why: str = ""
+
+
+def choose_rung(
+    failed: Settings,
+    kind: str,
+    *,
+    restarts_left: bool,
+    escalated: bool,
+    tried: list[Settings],
+    picklable: Callable[[], bool],
+    per_worker_streams: bool,
+) -> Rung | None:
+    """Where loading goes after `kind` failed it at `failed`: one rung down the ladder (guard/ladder.py), or after
+    a stall in the main process up to a worker (see after_main_stall); None when no restart or rung is left.
+    `picklable()` says whether workers that are not forked can load the dataset (asked only when needed)."""
+    if not restarts_left or escalated:
+        return None
+    if failed.num_workers == 0:
+        return after_main_stall(failed, tried, picklable) if kind == STALL else None
+    can_pickle = failed.effective_start_method != "fork" or picklable()
+    rung = next_rung(failed, kind, picklable=can_pickle, per_worker_streams=per_worker_streams)
+    return None if rung is None else Rung(rung)
+
+
+def after_main_stall(failed: Settings, tried: list[Settings], picklable: Callable[[], bool]) -> Rung | None:
+    """Where loading goes after the guard interrupted a stalled next() in the main process: to one worker
+    started with spawn, which the guard can end if it stalls again (it can only interrupt the main process,
+    whose state the interrupted code may have left half-changed); the main process again when the dataset or
+    its functions cannot be sent to a worker. Once only: that worker is the last rung, so a loader never goes
+    back and forth between the two; none when a single spawned worker was tried before (the ladder came down
+    through it)."""
+    if any(s.num_workers == 1 and s.effective_start_method == "spawn" for s in tried):
+        return None
+    if picklable():
+        return Rung(
+            escalation(failed),
+            ": loading moves out of the main process, which the guard can only interrupt, to one worker "
+            "started with spawn, which it can end if it stalls again; the last rung",
+        )
+    return Rung(
+        failed,
+        ": the dataset or its functions cannot be sent to a worker process (see the log), so loading stays "
+        "in the main process",
+    )

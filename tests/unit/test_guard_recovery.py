@@ -1,0 +1,117 @@
+"""The guard's decisions on a failure, as pure functions: its kind, and the settings of the next restart."""
+
+from __future__ import annotations
+
+from loaderdoctor.guard.children import GuardInterrupt
+from loaderdoctor.guard.recovery import (
+    ASK_WORKERS,
+    DIED,
+    STALL,
+    FailureFacts,
+    choose_rung,
+    classify,
+    death_cause,
+    is_users_timeout,
+)
+from loaderdoctor.settings import Settings
+
+
+def _facts(**changes) -> FailureFacts:
+    values = {"num_workers": 2, "pids": [11, 12], "stalled": False, "died": None, "users_timeout_s": 0.0}
+    return FailureFacts(**{**values, **changes})
+
+
+def test_a_failure_is_a_stall_a_death_the_users_or_a_question_for_the_workers():
+    assert classify(GuardInterrupt("ended"), _facts()) == STALL
+    assert classify(ValueError("anything"), _facts(stalled=True)) == STALL
+    assert classify(RuntimeError("DataLoader worker (pid 11) is killed by signal: Killed."), _facts()) == DIED
+    assert classify(RuntimeError("DataLoader worker (pid(s) 99) exited unexpectedly"), _facts()) is None
+    assert classify(EOFError(), _facts(died="worker 11 died")) == DIED
+    assert classify(ConnectionResetError(), _facts()) == ASK_WORKERS
+    assert classify(ValueError("Caught ValueError in DataLoader worker process 0."), _facts()) is None
+    assert classify(ValueError("bad sample"), _facts(num_workers=0, pids=[])) is None
+
+
+def test_the_users_own_timeout_is_theirs_to_see():
+    timed_out = RuntimeError("DataLoader timed out after 5 seconds")
+    assert is_users_timeout(timed_out, _facts(users_timeout_s=5.0))
+    assert classify(timed_out, _facts(users_timeout_s=5.0)) is None
+    assert not is_users_timeout(timed_out, _facts(num_workers=0, users_timeout_s=5.0))
+
+
+def test_a_deaths_cause_is_torchs_report_or_the_error_it_showed_as():
+    report = RuntimeError("DataLoader worker (pid 11) is killed by signal: Killed.")
+    assert death_cause(report, None) == str(report)
+    assert death_cause(None, "worker 11 died") == "worker 11 died (seen between batches)"
+    assert death_cause(EOFError("gone"), None) == "EOFError: gone"
+
+
+def _never() -> bool:
+    raise AssertionError("picklable() must not be asked here")
+
+
+def test_the_next_rung_comes_from_the_ladder_while_restarts_are_left():
+    failed = Settings(num_workers=2, start_method="fork")
+    rung = choose_rung(
+        failed,
+        STALL,
+        restarts_left=True,
+        escalated=False,
+        tried=[failed],
+        picklable=lambda: True,
+        per_worker_streams=False,
+    )
+    assert rung is not None and rung.settings.start_method == "forkserver" and rung.why == ""
+    assert (
+        choose_rung(
+            failed,
+            STALL,
+            restarts_left=False,
+            escalated=False,
+            tried=[failed],
+            picklable=_never,
+            per_worker_streams=False,
+        )
+        is None
+    )
+    spawned = Settings(num_workers=2, start_method="spawn")
+    assert choose_rung(
+        spawned, DIED, restarts_left=True, escalated=False, tried=[], picklable=_never, per_worker_streams=False
+    ).settings == Settings(num_workers=1, start_method="spawn")
+
+
+def test_a_main_process_stall_moves_once_to_one_spawned_worker():
+    main = Settings(num_workers=0)
+    up = choose_rung(
+        main, STALL, restarts_left=True, escalated=False, tried=[main], picklable=lambda: True, per_worker_streams=False
+    )
+    assert up.settings.num_workers == 1 and up.settings.start_method == "spawn" and "the last rung" in up.why
+    stays = choose_rung(
+        main,
+        STALL,
+        restarts_left=True,
+        escalated=False,
+        tried=[main],
+        picklable=lambda: False,
+        per_worker_streams=False,
+    )
+    assert stays.settings == main and "cannot be sent to a worker" in stays.why
+    came_down = [Settings(num_workers=1, start_method="spawn"), main]
+    assert (
+        choose_rung(
+            main,
+            STALL,
+            restarts_left=True,
+            escalated=False,
+            tried=came_down,
+            picklable=lambda: True,
+            per_worker_streams=False,
+        )
+        is None
+    )
+    assert (
+        choose_rung(
+            main, STALL, restarts_left=True, escalated=True, tried=[main], picklable=_never, per_worker_streams=False
+        )
+        is None
+    )
