@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor import target as targets
-from loaderdoctor.errors import UsageError
+from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.prescribe import prescribe
 from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import Recording
@@ -66,16 +66,22 @@ def check(
             for number, name in enumerate(names):
                 loader_budget = max(1.0, (deadline - time.monotonic()) / (len(names) - number))
                 spec = LoaderSpec.from_loader(resolved.loaders[name])
-                reports[name] = _check_loader(
-                    name,
-                    spec,
-                    budget_s=loader_budget,
-                    epochs=epochs,
-                    step=step,
-                    verify_fix=verify_fix,
-                    policy=policy,
-                    progress=progress,
-                )
+                try:
+                    reports[name] = _check_loader(
+                        name,
+                        spec,
+                        budget_s=loader_budget,
+                        epochs=epochs,
+                        step=step,
+                        verify_fix=verify_fix,
+                        policy=policy,
+                        progress=progress,
+                    )
+                except KeyboardInterrupt as stop:
+                    partial = _partial_report(name, stop)
+                    if partial is not None:
+                        reports[name] = partial
+                    raise StoppedByUser(Report(resolved.target, reports)) from None
             return Report(resolved.target, reports)
     finally:
         resolved.close()
@@ -98,6 +104,25 @@ def _check_loader(
     measure_s = budget_s * (MEASURE_SHARE if verify_fix else 1.0)
     recording = probe(spec, budget_s=measure_s, epochs=epochs, step=step, policy=policy, progress=phase("measure"))
     findings = diagnose(recording)
+    try:
+        return _fix_and_verify(name, spec, recording, findings, deadline, verify_fix, step, policy, progress)
+    except KeyboardInterrupt:
+        raise StoppedByUser(LoaderReport(name, recording, findings, None)) from None  # measured; no fix verified
+
+
+def _fix_and_verify(
+    name: str,
+    spec: LoaderSpec,
+    recording: Recording,
+    findings: list[Finding],
+    deadline: float,
+    verify_fix: bool,
+    step: Step | None,
+    policy: StallPolicy | None,
+    progress: CheckProgress | None,
+) -> LoaderReport:
+    """After the measurement: prescribe, search when worth it, and verify in turns."""
+    phase = _phase_progress(progress, name)
     fixed = prescribe(recording, findings) if verify_fix else None
     if fixed is None:
         return LoaderReport(name, recording, findings, None)
@@ -124,6 +149,17 @@ def _check_loader(
     verification = _chosen(verifications, searched_trials)
     findings = _with_data_findings(findings, verification)
     return LoaderReport(name, recording, findings, verification)
+
+
+def _partial_report(name: str, stop: KeyboardInterrupt) -> LoaderReport | None:
+    """What a Ctrl-C left of one loader's check: its report without a verified fix, or the findings of the
+    batches measured before it; None when nothing was."""
+    partial = getattr(stop, "partial", None)
+    if isinstance(partial, LoaderReport):
+        return partial
+    if isinstance(partial, Recording) and partial.batches:
+        return LoaderReport(name, partial, diagnose(partial), None)
+    return None
 
 
 def _worth_a_search(recording: Recording, fixed: Settings) -> bool:

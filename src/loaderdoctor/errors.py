@@ -29,5 +29,14 @@ class LoaderGaveUp(LoaderDoctorError, RuntimeError):
     catches it."""
 
 
+class StoppedByUser(KeyboardInterrupt):
+    """Ctrl-C during a measurement, with what was measured so far in `partial` (a Recording, a LoaderReport or a
+    Report, depending on where it was caught last); still a KeyboardInterrupt for code that expects one."""
+
+    def __init__(self, partial: object = None) -> None:
+        super().__init__()
+        self.partial = partial
+
+
 class LoaderDoctorWarning(UserWarning):
     """Warnings that loaderdoctor itself issues."""

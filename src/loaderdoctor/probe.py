@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.errors import LoaderDoctorError, UsageError
+from loaderdoctor.errors import LoaderDoctorError, StoppedByUser, UsageError
 from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
 from loaderdoctor.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.host import OtherLoad, host_facts
@@ -528,9 +528,14 @@ def probe(
     session = ProbeSession(
         spec, settings or spec.settings, step=step, policy=policy or StallPolicy(), progress=progress, clock=clock
     )
+    stopped = False
     try:
         if session.start(startup_limit_s=deadline_allowance(budget_s)):
             session.run(budget_s, epochs=epochs, share_epochs=True)
+    except KeyboardInterrupt:
+        stopped = True  # Ctrl-C: the workers end below, and what was measured goes up with the interrupt
     finally:
         rec = session.close()
+    if stopped:
+        raise StoppedByUser(rec)
     return rec
