@@ -9,6 +9,7 @@ import torch.utils.data
 from torch.utils.data.dataloader import DataLoader as _TorchDataLoader  # torch's own, even while patch() is on
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.guard.compat import unguardable
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.guard.patch import is_patched, patch, patched, unpatch
@@ -28,7 +29,7 @@ def guard(
     persistent_workers: bool | None = None,
     on_sample_error: str = "raise",
     max_bad_fraction: float = 0.01,
-) -> GuardedLoader:
+) -> GuardedLoader | torch.utils.data.DataLoader:
     """`loader`, guarded: the same batches in the same order, its stalls and dead workers recovered from.
     Any map-style dataset; an IterableDataset when it offers state_dict()/load_state_dict() (see GuardedLoader).
 
@@ -40,7 +41,11 @@ def guard(
     index) or "skip" (it is replaced by the next index that loads, and recorded; see guard/samples.py).
     max_bad_fraction: under "skip", the share of bad samples past which the run ends with an error, once the
     samples seen (over the loader's life) show it at 99.9% confidence, so a few bad samples met early do not.
+    On a torch whose internals the guard cannot use (see guard/compat.py), `loader` itself, unchanged, with one
+    LoaderDoctorWarning per process.
     """
+    if unguardable(stacklevel=2):
+        return loader
     return GuardedLoader(
         loader,
         stall_timeout=stall_timeout,
@@ -61,8 +66,11 @@ def DataLoader(  # named like the class it stands in for
 ) -> GuardedLoader | torch.utils.data.DataLoader:
     """A torch.utils.data.DataLoader made from the same arguments, guarded (see guard()). An IterableDataset
     without state_dict()/load_state_dict(), which the guard cannot resume, gets torch's DataLoader as it is,
-    said in the log."""
+    said in the log; so does every loader on a torch whose internals the guard cannot use, with one
+    LoaderDoctorWarning per process."""
     loader = _TorchDataLoader(*args, **kwargs)
+    if unguardable(stacklevel=2):
+        return loader
     try:
         check_resumable(loader)
     except UsageError as error:

@@ -28,6 +28,7 @@ import torch.utils.data
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
+from loaderdoctor.guard.compat import unguardable
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.guard.plan import check_resumable
 
@@ -59,6 +60,8 @@ def _make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     loader = TorchDataLoader(*args, **kwargs)
     if options is None:
         return loader  # the class was kept (e.g. `from torch.utils.data import DataLoader`) past unpatch()
+    if unguardable(stacklevel=3):  # the user's DataLoader(...) line
+        return loader  # a torch whose internals the guard cannot use: plain, said once per process
     # An explicit DataLoader(persistent_workers=...) wins over patch()'s, as with loaderdoctor.DataLoader.
     persistent_workers = kwargs.get("persistent_workers", options.get("persistent_workers"))
     try:
