@@ -7,21 +7,13 @@ import threading
 import time
 from typing import Any
 
+from loaderdoctor.signals import TemporaryHandler, chain, in_main_thread
+
 INTERRUPT_SIGNAL = signal.SIGUSR2
 
 
 class Interrupted(BaseException):
     """Raised in the main thread to end a stalled next() when loading runs in the main process."""
-
-
-def chain(previous: Any, signum: int, frame: Any) -> None:
-    """Do what the handler that was in place before would have done with a signal that is not ours: call it,
-    ignore the signal, or take the default action (for SIGUSR2, ending the process) as if nothing was installed."""
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        signal.signal(signum, signal.SIG_DFL)
-        signal.raise_signal(signum)  # the default action; if it returns, the signal's default is to ignore it
 
 
 class MainThreadInterrupter:
@@ -32,19 +24,18 @@ class MainThreadInterrupter:
 
     def __init__(self) -> None:
         self.armed = False
-        self._previous: Any = None
-        self._installed = False
+        self._handler = TemporaryHandler(INTERRUPT_SIGNAL, self._handle)
         self._sent = False  # this interrupter sent the signal now on its way
         # Held while a signal is sent, and while the handler is put back: so that ours never reaches the user's.
         self._lock = threading.Lock()
 
     @property
     def available(self) -> bool:
-        return threading.current_thread() is threading.main_thread()
+        return in_main_thread()
 
     @property
     def installed(self) -> bool:
-        return self._installed
+        return self._handler.installed
 
     def __enter__(self) -> MainThreadInterrupter:
         self.install()
@@ -55,22 +46,18 @@ class MainThreadInterrupter:
 
     def install(self) -> None:
         """Put the handler in place, from the main thread (elsewhere nothing happens); once until uninstall()."""
-        if self.available and not self._installed:
-            self._previous = signal.signal(INTERRUPT_SIGNAL, self._handle)
-            self._installed = True
+        self._handler.install()
 
     def uninstall(self) -> None:
         """Put back the handler that was there before, unless another was set since."""
         self.armed = False  # first: a signal that comes while this waits for the lock raises nothing
         with self._lock:
-            if not self._installed:
+            if not self._handler.installed:
                 return
             deadline = time.monotonic() + 1.0
             while self._sent and time.monotonic() < deadline:
                 time.sleep(0.001)  # ours is pending: let our handler take it (it does nothing, unarmed)
-            self._installed = False
-            if signal.getsignal(INTERRUPT_SIGNAL) == self._handle:  # not if the user has set their own since
-                signal.signal(INTERRUPT_SIGNAL, self._previous)
+            self._handler.uninstall()
 
     def _handle(self, signum: int, frame: Any) -> None:
         ours, self._sent = self._sent, False
@@ -78,13 +65,13 @@ class MainThreadInterrupter:
             if self.armed:
                 raise Interrupted()
             return  # next() returned meanwhile: nothing left to end
-        chain(self._previous, signum, frame)
+        chain(self._handler.previous, signum, frame)
 
     def interrupt(self) -> bool:
         """End the main thread's next(), if it is in one; whether a signal was sent."""
         with self._lock:
             # The user may have set their own handler since: a signal to it would not end the next().
-            if not (self._installed and self.armed and signal.getsignal(INTERRUPT_SIGNAL) == self._handle):
+            if not (self._handler.installed and self.armed and self._handler.current()):
                 return False
             self._sent = True
             signal.pthread_kill(threading.main_thread().ident or 0, INTERRUPT_SIGNAL)

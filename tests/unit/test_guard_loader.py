@@ -197,14 +197,14 @@ def _torch_says(message: str):
 def handler_state(monkeypatch):
     monkeypatch.setattr(children, "_owners", {})
     monkeypatch.setattr(children, "_armed", None)
-    monkeypatch.setattr(children, "_previous", None)
+    monkeypatch.setattr(children._handler, "previous", None)
     return children
 
 
 def test_a_guarded_workers_death_outside_next_is_kept_for_later(handler_state):
     owner = _Owner()
     children.watch([41, 42], owner)
-    children._previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Killed. ")
+    children._handler.previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Killed. ")
     children._on_sigchld(17, None)  # no raise: the user's code is running
     assert owner.died == "DataLoader worker (pid 42) is killed by signal: Killed. "
 
@@ -213,7 +213,7 @@ def test_a_guarded_workers_death_inside_its_next_raises_there(handler_state):
     owner = _Owner()
     children.watch([42], owner)
     children._armed = owner
-    children._previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Segmentation fault. ")
+    children._handler.previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Segmentation fault. ")
     with pytest.raises(RuntimeError, match="Segmentation fault"):
         children._on_sigchld(17, None)
 
@@ -221,7 +221,7 @@ def test_a_guarded_workers_death_inside_its_next_raises_there(handler_state):
 def test_another_loaders_worker_death_raises_as_before(handler_state):
     owner = _Owner()
     children.watch([42], owner)
-    children._previous = _torch_says("DataLoader worker (pid 7) is killed by signal: Killed. ")
+    children._handler.previous = _torch_says("DataLoader worker (pid 7) is killed by signal: Killed. ")
     with pytest.raises(RuntimeError, match="pid 7"):
         children._on_sigchld(17, None)
     assert owner.died is None

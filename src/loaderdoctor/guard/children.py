@@ -15,6 +15,7 @@ import signal
 import threading
 from typing import Any, Protocol
 
+from loaderdoctor.signals import TemporaryHandler
 from loaderdoctor.tap import dead_worker_pids
 
 
@@ -31,33 +32,12 @@ class GuardInterrupt(RuntimeError):
 
 _owners: dict[int, Watched] = {}  # worker pid -> the guarded loader part that started it
 _armed: Watched | None = None  # whose next() the main thread is in
-_previous: Any = None
-_installed = False
 
 
 def install() -> bool:
     """Wrap the current SIGCHLD handler (torch's, once a loader started workers) while guarded workers live:
     until forget() has forgotten the last of them. Only the main thread can; whether the wrapper is in place."""
-    global _installed, _previous
-    if _installed:
-        return True
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    _previous = signal.getsignal(signal.SIGCHLD)
-    signal.signal(signal.SIGCHLD, _on_sigchld)
-    _installed = True
-    return True
-
-
-def _uninstall() -> None:
-    """Put back the handler that was there before the wrapper, unless another was set since (main thread only:
-    elsewhere the wrapper stays, passing everything on, until the next chance)."""
-    global _installed, _previous
-    if not _installed or threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGCHLD) == _on_sigchld:
-        signal.signal(signal.SIGCHLD, _previous)
-    _installed, _previous = False, None
+    return _handler.install()
 
 
 def watch(pids: list[int], owner: Watched) -> None:
@@ -69,7 +49,7 @@ def forget(pids: list[int]) -> None:
     for pid in pids:
         _owners.pop(pid, None)
     if not _owners:
-        _uninstall()
+        _handler.uninstall()
 
 
 def arm(owner: Watched) -> None:
@@ -87,7 +67,7 @@ def disarm() -> None:
 
 def interrupt(owner: Watched) -> bool:
     """From another thread: end the main thread's next() in `owner`, if it is in one; whether it was asked."""
-    if not _installed or _armed is not owner:
+    if not _handler.installed or _armed is not owner:
         return False
     owner.interrupt_requested = True
     signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGCHLD)
@@ -97,8 +77,8 @@ def interrupt(owner: Watched) -> bool:
 def _on_sigchld(signum: int, frame: Any) -> None:
     # Runs in the main thread between two bytecodes of whatever it was doing: no locks, no logging.
     try:
-        if callable(_previous):
-            _previous(signum, frame)
+        if callable(_handler.previous):
+            _handler.previous(signum, frame)
     except RuntimeError as error:
         owners = [owner for pid in dead_worker_pids(error) if (owner := _owners.get(pid)) is not None]
         if not owners:
@@ -112,3 +92,6 @@ def _on_sigchld(signum: int, frame: Any) -> None:
     if armed is not None and armed.interrupt_requested:
         armed.interrupt_requested = False
         raise GuardInterrupt("the guard's watchdog ended the workers this next() was waiting on")
+
+
+_handler = TemporaryHandler(signal.SIGCHLD, _on_sigchld)  # installed while guarded workers live

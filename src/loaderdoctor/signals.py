@@ -1,0 +1,57 @@
+"""Signal handlers that loaderdoctor puts in place for a while (SIGUSR2 to end a stuck next(), a SIGCHLD
+wrapper around torch's): installed from the main thread only, passing what is not theirs to the handler that
+was there before, and put back afterwards unless another handler was set since."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[int, Any], None]
+
+
+def chain(previous: Any, signum: int, frame: Any) -> None:
+    """Do what the handler that was in place before would have done with a signal that is not ours: call it,
+    ignore the signal, or take the default action (for SIGUSR2, ending the process) as if nothing was installed."""
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)  # the default action; if it returns, the signal's default is to ignore it
+
+
+def in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class TemporaryHandler:
+    """One handler for one signal, in place between install() and uninstall(); `previous` is the handler it
+    replaced (what a signal that is not its own goes to, see chain)."""
+
+    def __init__(self, signum: int, handler: Handler) -> None:
+        self.signum = signum
+        self.handler = handler
+        self.previous: Any = None
+        self.installed = False
+
+    def install(self) -> bool:
+        """Put the handler in place, from the main thread (elsewhere nothing happens); whether it is in place."""
+        if not self.installed and in_main_thread():
+            self.previous = signal.signal(self.signum, self.handler)
+            self.installed = True
+        return self.installed
+
+    def uninstall(self) -> None:
+        """Put back the handler it replaced, unless another was set since (main thread only: elsewhere it stays,
+        passing everything on, until the next chance)."""
+        if not self.installed or not in_main_thread():
+            return
+        if self.current():
+            signal.signal(self.signum, self.previous)
+        self.installed, self.previous = False, None
+
+    def current(self) -> bool:
+        """Whether this handler is the one in place now."""
+        return signal.getsignal(self.signum) == self.handler
