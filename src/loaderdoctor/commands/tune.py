@@ -7,10 +7,13 @@ import argparse
 from rich.console import Console
 
 from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
+from loaderdoctor.commands.check import INTERRUPTED
+from loaderdoctor.errors import StoppedByUser
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render import tune as tune_render
 from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.tune import tune
+from loaderdoctor.tune.result import TuneReport
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S
 
 NAME = "tune"
@@ -41,18 +44,30 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    with LiveProgress(err) as live:
-        report = tune(
-            args.target,
-            budget_s=args.budget,
-            memory_budget=args.memory_budget,
-            step_ms=args.step_ms,
-            quick=args.quick,
-            max_workers=args.max_workers,
-            progress=live.tune_update,
-        )
+    """Tune, and show the report; on Ctrl-C, the trials measured so far (every worker ended) and status 130."""
+    try:
+        with LiveProgress(err) as live:
+            report = tune(
+                args.target,
+                budget_s=args.budget,
+                memory_budget=args.memory_budget,
+                step_ms=args.step_ms,
+                quick=args.quick,
+                max_workers=args.max_workers,
+                progress=live.tune_update,
+            )
+    except StoppedByUser as stop:
+        if not isinstance(stop.partial, TuneReport) or not stop.partial.loaders:
+            raise
+        err.print("interrupted: the trials measured before Ctrl-C (nothing chosen for the loader interrupted)")
+        _show(stop.partial, args, out)
+        return INTERRUPTED
+    _show(report, args, out)
+    return report.exit_status
+
+
+def _show(report: TuneReport, args: argparse.Namespace, out: Console) -> None:
     if args.json:
         print(json_render.render(report))
     else:
         tune_render.render(report, out)
-    return report.exit_status

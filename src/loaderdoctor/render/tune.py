@@ -24,6 +24,12 @@ def render(report: TuneReport, console: Console) -> None:
         console.print(_loader(tuning))
 
 
+_STOPPED = {
+    "budget": "; the time budget ended the search",
+    "interrupted": "; Ctrl-C ended the search: nothing chosen, the trials so far shown",
+}
+
+
 def _loader(tuning: LoaderTuning) -> Group:
     limits = tuning.limits
     memory_gb = limits.memory_bytes / 2**30
@@ -31,7 +37,7 @@ def _loader(tuning: LoaderTuning) -> Group:
     context = Text(
         f"{plural(len(tuning.trials), 'trial')} in {tuning.seconds:.0f} s, {step}; limits: {limits.cores:g} "
         f"cores, {memory_gb:.1f} GB of memory, at most {plural(limits.max_workers, 'worker')}"
-        + ("; the time budget ended the search" if tuning.stopped == "budget" else ""),
+        + _STOPPED.get(tuning.stopped, ""),
         style="dim",
     )
     parts = [Text(f"loader '{tuning.name}'", style="bold underline"), _indented(context), _table(tuning)]

@@ -23,7 +23,7 @@ class LoaderTuning:
     chosen: Trial
     limits: Limits
     seconds: float
-    stopped: str  # "converged" | "budget"
+    stopped: str  # "converged" | "budget" | "interrupted" (Ctrl-C: nothing chosen)
     step_ms: float | None  # the training step's mean time, None without one
 
     @property

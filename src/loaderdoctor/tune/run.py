@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 
 from loaderdoctor import target as targets
-from loaderdoctor.errors import UsageError
+from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.forksafety import safe_start_method
 from loaderdoctor.host import host_facts
 from loaderdoctor.probe import ProbeProgress
@@ -134,9 +134,14 @@ def tune_loader(
         clock=clock,
         baseline_run=first,
     )
-    result = search.run()
+    try:
+        result = search.run()
+    except KeyboardInterrupt:
+        result = search.so_far()  # every trial's workers have ended (see probe())
+        if result is None:
+            raise
     steps = [rec.step_s for rec in recordings if rec.step_s is not None]
-    return LoaderTuning(
+    tuning = LoaderTuning(
         name=name,
         trials=result.trials,
         baseline=result.baseline,
@@ -146,6 +151,9 @@ def tune_loader(
         stopped=result.stopped,
         step_ms=statistics.median(steps) * 1000 if steps else None,
     )
+    if result.stopped == "interrupted":
+        raise StoppedByUser(tuning)
+    return tuning
 
 
 def tune(
@@ -184,21 +192,25 @@ def tune(
                 f"a budget of {budget_s:g} s is too small to tune {plural(len(resolved.loaders), 'loader')}",
                 hint=f"give at least {least_s:g} s (--budget); {DEFAULT_BUDGET_S:g} s or more finds better settings",
             )
+        tunings: dict[str, LoaderTuning] = {}
         with user_state_kept(resolved.loaders.values()):
-            tunings = {
-                name: tune_loader(
-                    name,
-                    LoaderSpec.from_loader(loader),
-                    budget_s=per_loader_s,
-                    memory_bytes=memory_bytes,
-                    step=step,
-                    quick=quick,
-                    max_workers=max_workers,
-                    policy=policy,
-                    progress=progress,
-                )
-                for name, loader in resolved.loaders.items()
-            }
+            for name, loader in resolved.loaders.items():
+                try:
+                    tunings[name] = tune_loader(
+                        name,
+                        LoaderSpec.from_loader(loader),
+                        budget_s=per_loader_s,
+                        memory_bytes=memory_bytes,
+                        step=step,
+                        quick=quick,
+                        max_workers=max_workers,
+                        policy=policy,
+                        progress=progress,
+                    )
+                except KeyboardInterrupt as stop:
+                    if isinstance(getattr(stop, "partial", None), LoaderTuning):
+                        tunings[name] = stop.partial
+                    raise StoppedByUser(TuneReport(resolved.target, tunings)) from None
         return TuneReport(resolved.target, tunings)
     finally:
         resolved.close()

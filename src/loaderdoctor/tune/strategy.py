@@ -45,7 +45,7 @@ class SearchResult:
     baseline: Trial
     chosen: Trial
     seconds: float
-    stopped: str  # "converged" | "budget": whether the search ran out of time before it was done
+    stopped: str  # "converged" | "budget" | "interrupted": whether time or Ctrl-C ended the search before it was done
 
 
 def cost(trial: Trial) -> tuple[int, int, int, int]:
@@ -113,6 +113,14 @@ class Search:
             seconds=self.clock() - self._started,
             stopped="budget" if self.out_of_time else "converged",
         )
+
+    def so_far(self) -> SearchResult | None:
+        """After Ctrl-C: the trials measured so far, with nothing chosen (the baseline stands); None before the
+        baseline was measured."""
+        if not self.trials or self.trials[0].phase != "baseline":
+            return None
+        baseline = self.trials[0]
+        return SearchResult(self.trials, baseline, baseline, self.clock() - self._started, "interrupted")
 
     # The phases
 
