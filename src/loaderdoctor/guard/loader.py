@@ -101,7 +101,6 @@ class GuardedLoader(FailureHandling):
         self._loader_changed = False  # the user set an attribute of the loader: re-read at the next iter()
         self._policy_option, self._persistent_option = stall_timeout, persistent_workers
         self.loader = loader
-        self.policy = stall_policy(stall_timeout, users_timeout_s=float(loader.timeout))
         self.max_restarts = max_restarts
         self.events: list[GuardEvent] = []
         self.restarts = 0
@@ -111,12 +110,7 @@ class GuardedLoader(FailureHandling):
         self.skipped: list[int] = []
         self._samples_seen = 0  # samples delivered, over the loader's life, under on_sample_error="skip"
         self._iterations = 0
-        self._spec = LoaderSpec.from_loader(loader)
         self._user_persistent = bool(loader.persistent_workers and loader.num_workers)
-        settings = self._spec.settings
-        if persistent_workers is not None and settings.num_workers:
-            settings = settings.replace(persistent_workers=persistent_workers)
-        self.settings = settings
         self.tried: list[Settings] = []  # every Settings an iterator was started with, in order
         self._epoch = -1
         self._position = 0  # the plan position of the next batch to deliver: the batches delivered this epoch
@@ -130,7 +124,6 @@ class GuardedLoader(FailureHandling):
         self._resume_pending = False  # load_state_dict() set a plan and position for the next iter() to resume
         self._seed_state: torch.Tensor | None = None
         self._waits = RecentWaits()  # recent batch waits, over every internal loader: the watchdog's yardstick
-        self._safety = StartSafety(self._spec)
         self._warned_fork = False
         self._consumer = threading.current_thread()
         # Set while the main thread is in this loader's next() of a num_workers=0 iterator: what ends it.
@@ -140,9 +133,7 @@ class GuardedLoader(FailureHandling):
         self._last_loading: list[tuple[int, Any]] | None = None
         self._resources = Resources()
         weakref.finalize(self, self._resources.release)
-        change = persistent_workers_change(settings, explicit=persistent_workers is False)
-        if change is not None:
-            self._apply(change)
+        self._read_loader()
 
     # The DataLoader's own attributes (dataset, batch_size, sampler, ...) read through.
     def __getattr__(self, name: str) -> Any:
@@ -167,7 +158,8 @@ class GuardedLoader(FailureHandling):
     def __iter__(self) -> Iterator[Any]:
         self._end_epoch()
         if self._loader_changed:
-            self._reread_loader()
+            self._close_inner()
+            self._read_loader()
         if self._resume_pending:
             self._resume_pending = False  # the loaded epoch, plan and position stand
         else:
@@ -184,11 +176,10 @@ class GuardedLoader(FailureHandling):
         self._open()
         return _EpochIterator(self, self._epoch)
 
-    def _reread_loader(self) -> None:
-        """Take the user's loader as it is now, after attributes were set on it: new settings (the guard's safe
-        changes made again) and a new internal loader at this iter()."""
+    def _read_loader(self) -> None:
+        """Take the user's loader as it is now (at the start, and at the iter() after attributes were set on it):
+        its spec, the watchdog's policy, and the settings with the guard's safe changes."""
         self._loader_changed = False
-        self._close_inner()
         self._spec = LoaderSpec.from_loader(self.loader)
         self.policy = stall_policy(self._policy_option, users_timeout_s=float(self.loader.timeout))
         settings = self._spec.settings
