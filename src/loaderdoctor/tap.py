@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,29 +15,30 @@ from torch.utils.data import DataLoader
 from loaderdoctor.forksafety import iterator_facts
 from loaderdoctor.recording import IteratorFacts
 
-RECENT_BATCHES = 100  # the watchdog's yardstick is the slowest of this many recent batches
+RECENT_BATCHES = 100  # the watchdog's yardstick is the slowest of the last 50 to 100 batches
 
 
 class RecentWaits:
-    """The slowest of the last RECENT_BATCHES steady-state waits: the watchdog's yardstick follows the batches
-    down after a hiccup as well as up, so one slow batch does not set the deadline for the rest of the run."""
+    """The slowest of the recent steady-state waits (the last RECENT_BATCHES / 2 to RECENT_BATCHES): the
+    watchdog's yardstick follows the batches down after a hiccup as well as up, so one slow batch does not set
+    the deadline for the rest of the run. Two blocks of half the window each: a few operations per batch."""
 
     def __init__(self, size: int = RECENT_BATCHES) -> None:
-        self._size = size
-        self._count = 0
-        self._candidates: deque[tuple[int, float]] = deque()  # (number, wait), waits decreasing: a window max
+        self._block = max(1, size // 2)
+        self._count = 0  # waits in the current block
+        self._current = 0.0  # the slowest of the current block
+        self._previous = 0.0  # the slowest of the block before
 
     def add(self, wait_s: float) -> None:
-        while self._candidates and self._candidates[-1][1] <= wait_s:
-            self._candidates.pop()
-        self._candidates.append((self._count, wait_s))
+        if wait_s > self._current:
+            self._current = wait_s
         self._count += 1
-        while self._candidates[0][0] <= self._count - 1 - self._size:
-            self._candidates.popleft()
+        if self._count == self._block:
+            self._previous, self._current, self._count = self._current, 0.0, 0
 
     @property
     def slowest_s(self) -> float:
-        return self._candidates[0][1] if self._candidates else 0.0
+        return max(self._previous, self._current)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ __all__ = ["STATE_VERSION", "GuardedLoader", "stall_policy"]
 
 log = logging.getLogger("loaderdoctor")
 
+_MAIN_THREAD = threading.main_thread().ident
+
 
 def _on_stall_of(guarded: GuardedLoader, inner: Inner) -> Callable[[StallNotice], None]:
     # The watchdog's thread holds this callback: a weak reference lets an abandoned loader be collected.
@@ -140,17 +142,6 @@ class GuardedLoader(FailureHandling):
         if name.startswith("__") or name == "loader":
             raise AttributeError(name)
         return getattr(self.loader, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        """The DataLoader's own attributes are set on it, as torch sets them (a ValueError for those torch fixes
-        after construction: batch_size, sampler, dataset...); the others (collate_fn, num_workers, timeout...)
-        apply from the next iter() on, as with torch's DataLoader."""
-        loader = self.__dict__.get("loader")
-        if loader is None or name.startswith("_") or name in self.__dict__ or not _is_loader_attribute(loader, name):
-            object.__setattr__(self, name, value)
-            return
-        setattr(loader, name, value)
-        self._loader_changed = True
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -350,8 +341,8 @@ class GuardedLoader(FailureHandling):
                 self._open()
                 continue
             interrupter = self._interrupter
-            if inner.settings.num_workers or not (interrupter.installed and interrupter.available):
-                interrupter = None
+            if inner.settings.num_workers or not interrupter.installed or threading.get_ident() != _MAIN_THREAD:
+                interrupter = None  # only the main thread's next() can be interrupted, where its handler is
             try:
                 children.arm(inner)
                 if interrupter is not None:
@@ -427,9 +418,25 @@ class GuardedLoader(FailureHandling):
             self._resources.inner = None
 
 
-def _is_loader_attribute(loader: DataLoader, name: str) -> bool:
-    """Whether `name` is one of the DataLoader's own attributes (set in its __init__, or a property)."""
-    return name in vars(loader) or isinstance(getattr(type(loader), name, None), property)
+def _forwarded(name: str) -> property:
+    """The DataLoader's attribute `name` on the guarded loader: read from the user's loader, and set on it as torch
+    sets it (a ValueError for those torch fixes after construction: batch_size, sampler, dataset...); the others
+    (collate_fn, num_workers, timeout...) apply from the next iter() on, as with torch's DataLoader."""
+
+    def read(guarded: GuardedLoader) -> Any:
+        return getattr(guarded.loader, name)
+
+    def write(guarded: GuardedLoader, value: Any) -> None:
+        setattr(guarded.loader, name, value)
+        guarded._loader_changed = True
+
+    return property(read, write, doc=f"The user's DataLoader's {name}.")
+
+
+# Properties rather than __setattr__, which would cost every assignment of the guard's own state per batch.
+_LOADER_ATTRIBUTES = [name for name in vars(DataLoader([0])) if not name.startswith("_")] + ["multiprocessing_context"]
+for _name in _LOADER_ATTRIBUTES:
+    setattr(GuardedLoader, _name, _forwarded(_name))
 
 
 class _EpochIterator:

@@ -46,6 +46,7 @@ class EpochPlan:
         self.global_state = global_state
         self._drawn: dict[int, Any] = {}  # position -> batch, drawn and not yet delivered
         self._next_draw = 0  # the position of the next batch to draw from the source
+        self._kept_from = 0  # no batch before this position is kept
         self._ended_at: int | None = None  # the number of batches, once the source has ended
 
     def batch(self, position: int) -> Any:
@@ -78,9 +79,11 @@ class EpochPlan:
 
     def delivered(self, position: int) -> Any:
         """The batch at `position`, now delivered to the user: it and those before it are no longer kept."""
-        batch = self._drawn.get(position)
-        for kept in [p for p in self._drawn if p <= position]:
-            del self._drawn[kept]
+        batch = self._drawn.pop(position, None)
+        while self._kept_from < position:  # batches are delivered in order: this loop runs once, mostly
+            self._drawn.pop(self._kept_from, None)
+            self._kept_from += 1
+        self._kept_from = max(self._kept_from, position + 1)
         return batch
 
     def skip(self, count: int) -> None:
@@ -229,7 +232,7 @@ class PlannedBatchSampler(Sampler):
 
     def __iter__(self) -> Iterator[Any]:
         # Bound now: a later replan() does not change an iteration under way.
-        return _yielded(self.plan.batches_from(self.start), self.tag)
+        return _planned(self.plan, self.start, self.tag)
 
     def __len__(self) -> int:
         if self.plan.length is None:
@@ -237,6 +240,14 @@ class PlannedBatchSampler(Sampler):
         return self.plan.length - self.start
 
 
-def _yielded(batches: Iterator[tuple[int, Any]], tag: Any) -> Iterator[Any]:
-    for position, batch in batches:
+def _planned(plan: EpochPlan, start: int, tag: Any) -> Iterator[Any]:
+    """The plan's batches from `start` on (each handed to `tag` with its position, when given). One generator,
+    not a chain of them: it runs once per batch delivered."""
+    position = start
+    while True:
+        try:
+            batch = plan.batch(position)
+        except IndexError:
+            return
         yield batch if tag is None else tag(position, batch)
+        position += 1
