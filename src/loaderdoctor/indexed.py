@@ -48,9 +48,13 @@ class IndexedDataset(Dataset):
 
     def __getitem__(self, index: Any) -> Any:
         try:
-            return self.inner[index]
+            return self._load(index)
         except Exception as error:
             raise sample_failure([(index, error)]) from error
+
+    def _load(self, index: Any) -> Any:
+        """One sample of the user's dataset, as is (a subclass may watch the loading)."""
+        return self.inner[index]
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         # torch loads a batch through __getitems__ when a dataset has it: every sample is tried, so that all
@@ -63,7 +67,7 @@ class IndexedDataset(Dataset):
         samples, failures = [], []
         for index in indices:
             try:
-                samples.append(self.inner[index])
+                samples.append(self._load(index))
             except Exception as error:
                 failures.append((index, error))
         if failures:

@@ -34,7 +34,16 @@ from loaderdoctor.recording import (
 )
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
 from loaderdoctor.stalls import Ended, respond_to_stall
-from loaderdoctor.tap import BatchDelivered, Event, IteratorCreated, Tap, TapIterator, is_worker_death, starts_workers
+from loaderdoctor.tap import (
+    BatchDelivered,
+    Event,
+    IteratorCreated,
+    Tap,
+    TapIterator,
+    exited_workers,
+    is_worker_death,
+    starts_workers,
+)
 from loaderdoctor.usercode import describe_exception
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 from loaderdoctor.workers import StackDumpHook, WorkerSampler, thread_idle
@@ -385,7 +394,7 @@ class ProbeSession:
         if self.rec.stall is not None:
             self.rec.outcome = "stalled"
             return "stall"
-        if is_worker_death(error):
+        if is_worker_death(error, self.tap.torch_iterator()):
             self.rec.worker_deaths.append(WorkerDeath(epoch, max(batch, 0), str(error)))
             self.rec.outcome = "crashed"
             return "worker-died"
@@ -462,7 +471,7 @@ class ProbeSession:
         try:
             self.step(batch)  # type: ignore[misc]
         except Exception as error:
-            if is_worker_death(error):
+            if is_worker_death(error, self.tap.torch_iterator()):
                 raise  # a worker died while the step ran: not the step's fault
             raise LoaderDoctorError(
                 f"the training step raised {describe_exception(error)}",
@@ -478,10 +487,11 @@ class ProbeSession:
 
 def _close(iterator: TapIterator) -> None:
     """End an iterator's workers; a death torch reports meanwhile is already recorded, or was expected."""
+    died_before = bool(exited_workers(iterator.inner))
     try:
         iterator.close()
-    except RuntimeError as error:
-        if not is_worker_death(error):
+    except RuntimeError:
+        if not died_before:
             raise
 
 

@@ -159,6 +159,12 @@ class WorkerStack:
     frames: list[StackFrame]  # innermost first
     stuck_frame: StackFrame | None  # the innermost frame in the user's code
 
+    def stuck_at(self) -> str | None:
+        """Where this process is stuck, as every report words it: "pid N at FRAME", with the innermost frame of
+        the user's code, else the innermost frame; None without frames."""
+        frame = self.stuck_frame or (self.frames[0] if self.frames else None)
+        return None if frame is None else f"pid {self.pid} at {frame}"
+
 
 @dataclass
 class Stall:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import multiprocessing.connection
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -119,21 +119,20 @@ def starts_workers(loader: DataLoader) -> bool:
     return loader.num_workers > 0 and not persistent_alive
 
 
-_DEATH_PHRASES = ("exited unexpectedly", "is killed by signal")
-# torch's messages: "DataLoader worker (pid 12) is killed by signal: Killed." and
-# "DataLoader worker (pid(s) 12, 13) exited unexpectedly".
-_DEAD_PIDS = re.compile(r"\(pid(?:\(s\))? (?P<pids>\d+(?:, \d+)*)\)")
+def exited_workers(iterator: Any, grace_s: float = 0.0) -> list[int]:
+    """The pids of a DataLoader iterator's workers whose process has ended, waiting up to grace_s for one to.
+    How a worker's death is known: from the processes, never from the words of torch's message."""
+    workers = worker_processes(iterator)
+    if not workers:
+        return []
+    ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
+    return [w.pid for w in workers if w.sentinel in ended]
 
 
-def is_worker_death(error: BaseException) -> bool:
-    """Whether `error` is torch's report of a worker process that died."""
-    return isinstance(error, RuntimeError) and any(phrase in str(error) for phrase in _DEATH_PHRASES)
-
-
-def dead_worker_pids(error: BaseException | str) -> list[int]:
-    """The pids torch names in a worker-death error or its text (none when it names none)."""
-    match = _DEAD_PIDS.search(str(error))
-    return [int(pid) for pid in match["pids"].split(", ")] if match else []
+def is_worker_death(error: BaseException, iterator: Any) -> bool:
+    """Whether `error` is torch's report of a worker of `iterator` that died: a RuntimeError (what torch raises
+    for a death, from next() or from its SIGCHLD handler wherever the main thread is) while one has ended."""
+    return isinstance(error, RuntimeError) and bool(exited_workers(iterator))
 
 
 def shutdown(loader: DataLoader, iterator: Any) -> None:
@@ -154,6 +153,7 @@ class TapIterator:
         self.index = 0  # the number of the next batch, failed ones counted
         self.delivered = 0
         self.interrupted = False  # the last next() was ended by Ctrl-C or SystemExit
+        self.failed_wait_s = 0.0  # how long the last next() that raised had waited
         self.pids: list[int] = []
         loader = tap.loader
         # Persistent workers start once; later iter() calls fork nothing, so there is no state to record.
@@ -189,7 +189,8 @@ class TapIterator:
             raise
         except Exception as error:
             self.waiting_since = None
-            tap.emit(BatchFailed(self.epoch, self.index, clock() - started, error))
+            self.failed_wait_s = clock() - started
+            tap.emit(BatchFailed(self.epoch, self.index, self.failed_wait_s, error))
             self.index += 1
             raise
         except BaseException:
@@ -256,3 +257,10 @@ class Tap:
 
     def epoch(self, epoch: int) -> TapIterator:
         return TapIterator(self, epoch)
+
+    def torch_iterator(self) -> Any:
+        """torch's iterator of the current epoch; the loader's own while iter() is still making it (a persistent
+        iterator's reset may fail half-way)."""
+        current = self.current
+        inner = getattr(current, "inner", None) if current is not None else None
+        return inner if inner is not None else getattr(self.loader, "_iterator", None)

@@ -262,11 +262,28 @@ def test_a_sample_that_kills_its_worker_raises_in_the_main_process_as_torch_does
         with pytest.raises(RuntimeError, match=r"killed by signal|exited unexpectedly") as raised:
             list(guarded)  # never loaded in this process: the test itself would die
         assert isinstance(raised.value, loaderdoctor.LoaderGaveUp)
-        assert "batch 1 (dataset indices [4, 5, 6, 7])" in str(raised.value)  # sample 5 is there
+        assert "it died loading dataset index 5" in str(raised.value)  # the sample, by its index
         assert all(s.num_workers >= 1 for s in guarded.tried)
         deaths = [e for e in guarded.events if e.kind == "worker-died"]
         assert deaths and all({"batch": 1, "indices": [4, 5, 6, 7]} in e.detail["in_hand"] for e in deaths)
+        assert all(e.detail["index"] == 5 for e in deaths)
     assert list(tmp_path.glob("loaderdoctor-*")) == []  # no stack-dump folder left behind
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_sample_that_kills_its_worker_is_skipped_under_skip(method):
+    kwargs = {"batch_size": 4, "num_workers": 1, "multiprocessing_context": method}
+    with loaderdoctor.DataLoader(Crashes(), on_sample_error="skip", **kwargs) as guarded:
+        batches = [b.tolist() for b in guarded]
+        assert batches == [[0, 1, 2, 3], [4, 6, 6, 7], [8, 9, 10, 11]]  # 5 replaced by the next index, as a raise
+        (death,) = [e for e in guarded.events if e.kind == "worker-died"]
+        assert death.detail["index"] == 5
+        (skipped,) = [e for e in guarded.events if e.kind == "sample-skipped"]
+        assert skipped.detail["index"] == 5 and skipped.detail["error_type"] == "KilledItsWorker"
+        assert guarded.restarts == 1 and guarded.settings.num_workers == 1  # the sample was the cause: same rung
+        assert [b.tolist() for b in guarded] == batches  # and the next epoch never loads it again
+        assert guarded.restarts == 1
 
 
 class Slow(Dataset):

@@ -4,6 +4,10 @@ errors of the dataset passed through; and the SIGCHLD handler's decisions."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,7 +19,7 @@ from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import DataLoader as GuardedDataLoader
 from loaderdoctor.guard import children, guard
 from loaderdoctor.guard.loader import stall_policy
-from loaderdoctor.tap import dead_worker_pids, is_worker_death
+from loaderdoctor.tap import exited_workers, is_worker_death
 from loaderdoctor.watchdog import StallPolicy
 
 
@@ -194,6 +198,21 @@ def _torch_says(message: str):
 
 
 @pytest.fixture
+def ended_children():
+    """Two children that have ended, not reaped (as torch's handler sees them): one killed, one exited with 0."""
+    killed = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    clean = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        for child in (killed, clean):
+            while os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                time.sleep(0.01)
+        yield killed.pid, clean.pid
+    finally:
+        killed.wait()
+        clean.wait()
+
+
+@pytest.fixture
 def handler_state(monkeypatch):
     monkeypatch.setattr(children, "_owners", {})
     monkeypatch.setattr(children, "_armed", None)
@@ -201,28 +220,32 @@ def handler_state(monkeypatch):
     return children
 
 
-def test_a_guarded_workers_death_outside_next_is_kept_for_later(handler_state):
+def test_a_guarded_workers_death_outside_next_is_kept_for_later(handler_state, ended_children):
+    killed, _ = ended_children
     owner = _Owner()
-    children.watch([41, 42], owner)
-    children._handler.previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Killed. ")
+    children.watch([killed], owner)
+    children._handler.previous = _torch_says("torch's words, whatever they are")
     children._on_sigchld(17, None)  # no raise: the user's code is running
-    assert owner.died == "DataLoader worker (pid 42) is killed by signal: Killed. "
+    assert owner.died == "torch's words, whatever they are"
 
 
-def test_a_guarded_workers_death_inside_its_next_raises_there(handler_state):
+def test_a_guarded_workers_death_inside_its_next_raises_there(handler_state, ended_children):
+    killed, _ = ended_children
     owner = _Owner()
-    children.watch([42], owner)
+    children.watch([killed], owner)
     children._armed = owner
-    children._handler.previous = _torch_says("DataLoader worker (pid 42) is killed by signal: Segmentation fault. ")
+    children._handler.previous = _torch_says("DataLoader worker is killed by signal: Segmentation fault. ")
     with pytest.raises(RuntimeError, match="Segmentation fault"):
         children._on_sigchld(17, None)
 
 
-def test_another_loaders_worker_death_raises_as_before(handler_state):
+def test_another_loaders_worker_death_raises_as_before(handler_state, ended_children):
+    # The guarded worker ended cleanly (exit status 0, as at shutdown): the death torch reports is not its.
+    _, clean = ended_children
     owner = _Owner()
-    children.watch([42], owner)
-    children._handler.previous = _torch_says("DataLoader worker (pid 7) is killed by signal: Killed. ")
-    with pytest.raises(RuntimeError, match="pid 7"):
+    children.watch([clean, 99_999_999], owner)
+    children._handler.previous = _torch_says(f"DataLoader worker (pid {clean}) is killed by signal: Killed. ")
+    with pytest.raises(RuntimeError, match="Killed"):
         children._on_sigchld(17, None)
     assert owner.died is None
 
@@ -238,12 +261,26 @@ def test_an_interrupt_ends_only_the_armed_next(handler_state):
     children._on_sigchld(17, None)  # once
 
 
-def test_worker_death_messages_name_their_pids():
-    assert dead_worker_pids(RuntimeError("DataLoader worker (pid(s) 12, 13) exited unexpectedly")) == [12, 13]
-    assert dead_worker_pids("DataLoader worker (pid 9) exited unexpectedly with exit code 1.") == [9]
-    assert dead_worker_pids(RuntimeError("Pin memory thread exited unexpectedly")) == []
-    assert is_worker_death(RuntimeError("DataLoader worker (pid 9) is killed by signal: Killed."))
-    assert not is_worker_death(ValueError("is killed by signal"))
+@pytest.mark.workers
+@pytest.mark.timeout(60)
+def test_a_workers_death_is_known_from_its_process_not_from_words():
+    loader = DataLoader(Pairs(), batch_size=4, num_workers=1, multiprocessing_context="fork")
+    iterator = iter(loader)
+    try:
+        next(iterator)
+        assert exited_workers(iterator) == []
+        assert not is_worker_death(RuntimeError("DataLoader worker (pid 9) is killed by signal: Killed."), iterator)
+        (pid,) = [w.pid for w in iterator._workers]
+        os.kill(pid, signal.SIGKILL)
+        try:
+            exited = exited_workers(iterator, grace_s=10.0)
+        except RuntimeError:  # torch's SIGCHLD handler reports the death wherever the main thread is
+            exited = exited_workers(iterator, grace_s=10.0)
+        assert exited == [pid]
+        assert is_worker_death(RuntimeError("any words at all"), iterator)
+        assert not is_worker_death(ValueError("a dataset's error"), iterator)
+    finally:
+        iterator._shutdown_workers()
 
 
 def test_setting_the_loaders_attributes_behaves_as_with_torch():

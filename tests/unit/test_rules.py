@@ -388,8 +388,8 @@ def test_stall_names_the_batch_and_where_workers_are_stuck():
         "reason": "no batch",
         "workers_cpu_idle": True,
         "stuck_frames": [
-            "pid 1001: /home/u/data.py:42 in __getitem__",
-            "pid 1002: /usr/lib/python3.11/threading.py:320 in wait",
+            "pid 1001 at /home/u/data.py:42 in __getitem__",
+            "pid 1002 at /usr/lib/python3.11/threading.py:320 in wait",
         ],
     }
     assert finding.settings_change == {}

@@ -11,12 +11,12 @@ process's children, so no SIGCHLD comes by itself).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any, Protocol
 
 from loaderdoctor.signals import TemporaryHandler
-from loaderdoctor.tap import dead_worker_pids
 
 
 class Watched(Protocol):
@@ -80,7 +80,10 @@ def _on_sigchld(signum: int, frame: Any) -> None:
         if callable(_handler.previous):
             _handler.previous(signum, frame)
     except RuntimeError as error:
-        owners = [owner for pid in dead_worker_pids(error) if (owner := _owners.get(pid)) is not None]
+        owners = []
+        for pid, owner in list(_owners.items()):
+            if owner not in owners and _failed(pid):
+                owners.append(owner)
         if not owners:
             raise  # not a guarded worker: torch's own behaviour
         for owner in owners:
@@ -92,6 +95,18 @@ def _on_sigchld(signum: int, frame: Any) -> None:
     if armed is not None and armed.interrupt_requested:
         armed.interrupt_requested = False
         raise GuardInterrupt("the guard's watchdog ended the workers this next() was waiting on")
+
+
+def _failed(pid: int) -> bool:
+    """Whether the child `pid` ended as torch's handler counts a failure (killed by a signal, or a non-zero exit
+    status), seen without reaping it, as torch looks (waitid with WNOWAIT): from the process, not the message."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    if info is None:
+        return False
+    return info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) or info.si_status != 0
 
 
 _handler = TemporaryHandler(signal.SIGCHLD, _on_sigchld)  # installed while guarded workers live

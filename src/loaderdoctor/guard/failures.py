@@ -24,7 +24,6 @@ from loaderdoctor.guard.texts import death_event, gave_up_error, restart_event, 
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.stalls import Ended, respond_to_stall
-from loaderdoctor.tap import dead_worker_pids
 from loaderdoctor.watchdog import StallNotice
 
 if TYPE_CHECKING:
@@ -61,6 +60,7 @@ class FailureHandling:
     _main_interrupter: MainThreadInterrupter | None
     _last_stacks: list[WorkerStack]
     _last_loading: list[tuple[int, Any]] | None  # the batches the worker that died last had in hand
+    _last_killer: int | None  # the dataset index it was loading, when known
 
     @property
     def _inner(self) -> Inner | None:
@@ -75,10 +75,11 @@ class FailureHandling:
     def _facts(self, inner: Inner) -> FailureFacts:
         return FailureFacts(
             num_workers=inner.settings.num_workers,
-            pids=list(inner.pids),
             stalled=inner.stalled,
             died=inner.died,
             users_timeout_s=float(self._spec.timeout),
+            exited=inner.dead_workers(0.0),
+            waited_s=inner.iterator.failed_wait_s if inner.iterator is not None else 0.0,
         )
 
     def _failure(self, inner: Inner | None, error: BaseException) -> str | None:
@@ -86,13 +87,13 @@ class FailureHandling:
         if inner is None:
             return None
         kind = classify(error, self._facts(inner))
-        if kind != ASK_WORKERS:
-            return kind
-        dead = inner.dead_workers(_DEATH_GRACE_S)
-        if not dead:
-            return None
-        inner.died = f"DataLoader worker (pid(s) {', '.join(map(str, dead))}) exited: {type(error).__name__}: {error}"
-        return DIED
+        if kind == ASK_WORKERS:
+            kind = DIED if inner.dead_workers(_DEATH_GRACE_S) else None
+        if kind == DIED and inner.died is None and not isinstance(error, RuntimeError):
+            # Not torch's report of the death but what it caused (a broken pipe, an EOFError): name the workers.
+            dead = ", ".join(map(str, inner.dead_workers(0.0)))
+            inner.died = f"DataLoader worker (pid(s) {dead}) exited: {type(error).__name__}: {error}"
+        return kind
 
     def _stall(self, inner: Inner, notice: StallNotice) -> None:
         """From the watchdog's thread: take the stuck workers' stacks, record the stall, end the workers (or
@@ -121,10 +122,15 @@ class FailureHandling:
         or raise when no restart or rung is left: see recovery.choose_rung."""
         inner = self._inner
         failed = inner.settings if inner is not None else self.settings
+        skipped = None
         if kind == DIED:
             cause = death_cause(error, None if inner is None else inner.died)
-            self._last_loading = None if inner is None else self._loading_when_died(inner, cause)
-            self._record(death_event(self._epoch, self._position, cause, self._last_loading))
+            dead = [] if inner is None else inner.dead_workers(0.0)
+            self._last_loading = None if inner is None else self._loading_when_died(inner, dead)
+            self._last_killer = None if inner is None else inner.loading_when_died(dead)
+            self._record(death_event(self._epoch, self._position, cause, dead, self._last_loading, self._last_killer))
+            if self._resume.skip_killer(self._last_killer, cause):
+                skipped = self._last_killer
         self._close_inner()
         rung = choose_rung(
             failed,
@@ -134,6 +140,7 @@ class FailureHandling:
             tried=self.tried,
             picklable=self._safety.picklable,
             per_worker_streams=self._resume.per_worker_streams,
+            killer_skipped=skipped,
         )
         if rung is None:
             self._active = False
@@ -172,9 +179,12 @@ class FailureHandling:
         where = f"epoch {self._epoch}, {self._at()}"
         tried = self.tried or [self.settings]
         stacks, loading = self._last_stacks, self._last_loading if kind == DIED else None
-        return gave_up_error(kind, where, tried, self.restarts, self.max_restarts, why_no_rung, stacks, error, loading)
+        killer = self._last_killer if kind == DIED else None
+        return gave_up_error(
+            kind, where, tried, self.restarts, self.max_restarts, why_no_rung, stacks, error, loading, killer
+        )
 
-    def _loading_when_died(self, inner: Inner, cause: str) -> list[tuple[int, Any]] | None:
+    def _loading_when_died(self, inner: Inner, dead: list[int]) -> list[tuple[int, Any]] | None:
         """The plan positions and indices (None over an IterableDataset) of the batches a dead worker had in hand:
         its tasks whose batch the main process had not received (one of them killed it; torch does not say which
         it had finished). None when unknown."""
@@ -183,7 +193,6 @@ class FailureHandling:
         workers = getattr(torch_iterator, "_workers", None)
         if not tasks or not workers:
             return None
-        dead = set(dead_worker_pids(cause)) or {w.pid for w in workers if not w.is_alive()}
         ids = {number for number, worker in enumerate(workers) if worker.pid in dead}
         waiting = [task for task, info in tasks.items() if len(info) == 1 and info[0] in ids]
         if not waiting:

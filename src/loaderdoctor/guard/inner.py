@@ -9,6 +9,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from loaderdoctor.guard import children
+from loaderdoctor.guard.inhand import InHand
 from loaderdoctor.guard.plan import PlannedBatchSampler
 from loaderdoctor.guard.samples import SkipReports
 from loaderdoctor.guard.streams import GuardedStream
@@ -32,6 +33,7 @@ class Inner:
         tap: Tap,
         reports: SkipReports | None = None,
         stream: GuardedStream | None = None,
+        in_hand: InHand | None = None,
     ) -> None:
         self.loader = loader
         self.sampler = sampler  # None over an IterableDataset
@@ -40,6 +42,7 @@ class Inner:
         self.settings = settings
         self.tap = tap
         self.reports = reports  # the replaced samples' reports, under on_sample_error="skip"
+        self.in_hand = in_hand  # the index each worker is loading now (map-style datasets, with workers)
         self.iteration = 0  # the guard's number for the current iterator, which tags its requests
         self.iterator: TapIterator | None = None
         self.watchdog: Watchdog | None = None
@@ -62,6 +65,17 @@ class Inner:
             return []
         ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
         return [w.pid for w in workers if w.sentinel in ended]
+
+    def loading_when_died(self, dead: list[int]) -> int | None:
+        """The dataset index that a worker among `dead` (pids) was loading when it died; None when not known."""
+        torch_iterator = self.iterator.inner if self.iterator is not None else None
+        workers = worker_processes(torch_iterator)
+        if self.in_hand is None:
+            return None
+        for worker_id, worker in enumerate(workers):
+            if worker.pid in dead and (index := self.in_hand.read(worker_id)) is not None:
+                return index
+        return None
 
     def stop_watching(self) -> None:
         if self.watchdog is not None:

@@ -133,6 +133,7 @@ class GuardedLoader(FailureHandling):
         self._interrupter = MainThreadInterrupter()  # its handler in place only during such an epoch
         self._last_stacks: list[WorkerStack] = []
         self._last_loading: list[tuple[int, Any]] | None = None
+        self._last_killer: int | None = None
         self._resources = Resources()
         weakref.finalize(self, self._resources.release)
         self._read_loader()

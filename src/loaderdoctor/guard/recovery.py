@@ -6,16 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from torch._utils import ExceptionWrapper
+
 from loaderdoctor.guard.children import GuardInterrupt
 from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.settings import Settings
-from loaderdoctor.tap import dead_worker_pids, is_worker_death
 
 STALL, DIED = "stall", "worker-died"
-ASK_WORKERS = "ask-workers"  # not known from the error: a worker's death shows so too, if one is dead now
+ASK_WORKERS = "ask-workers"  # not known yet: a worker's death shows so too, if one ends within a short grace
 
-_TIMED_OUT = "timed out after"  # torch's own error when the user's DataLoader(timeout=...) passes
-_FROM_A_WORKER = "in DataLoader worker process"  # torch's re-raise of an exception the dataset raised in a worker
+# Where torch re-raises, in the main process, an exception the dataset (or collate_fn) raised in a worker.
+_RERAISE = ExceptionWrapper.reraise.__code__
 
 
 @dataclass(frozen=True)
@@ -23,39 +24,54 @@ class FailureFacts:
     """What the guard knows of the iterator that failed."""
 
     num_workers: int
-    pids: list[int]  # its workers
     stalled: bool  # the watchdog fired and ended the workers
     died: str | None  # a death the SIGCHLD handler saw
     users_timeout_s: float  # the user's DataLoader(timeout=...), 0 for none
+    exited: list[int]  # its workers whose process has ended, when the error came
+    waited_s: float  # how long the next() that raised had waited
+
+
+def raised_in_worker(error: BaseException) -> bool:
+    """Whether `error` is the dataset's (or collate_fn's) own, raised in a worker and re-raised by torch: told by
+    where it was raised (torch's ExceptionWrapper.reraise), not by its words."""
+    traceback = error.__traceback__
+    if traceback is None:
+        return False
+    while traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return traceback.tb_frame.f_code is _RERAISE
 
 
 def is_users_timeout(error: BaseException, facts: FailureFacts) -> bool:
-    """Whether `error` is torch's when the user's own DataLoader(timeout=...) passed: theirs to see."""
-    return bool(facts.num_workers and facts.users_timeout_s) and (
-        isinstance(error, RuntimeError) and _TIMED_OUT in str(error)
+    """Whether `error` is torch's when the user's own DataLoader(timeout=...) passed: theirs to see. Told by the
+    clock (the next() waited that long, and torch raises a RuntimeError then) with every worker alive."""
+    return (
+        bool(facts.num_workers and facts.users_timeout_s)
+        and isinstance(error, RuntimeError)
+        and not facts.exited
+        and facts.waited_s >= facts.users_timeout_s
+        and not raised_in_worker(error)
     )
 
 
 def classify(error: BaseException, facts: FailureFacts) -> str | None:
-    """STALL, DIED, ASK_WORKERS (an error that is not the dataset's, with workers: a death if one is dead), or
-    None: the user's to see (the dataset's own error, the user's timeout, another loader's worker)."""
+    """STALL, DIED, ASK_WORKERS (an error that is not the dataset's, with workers alive: a death if one ends
+    within a short grace), or None: the user's to see (the dataset's own error, the user's timeout, another
+    loader's worker). Decided from what the guard saw and the workers' processes, never from message text."""
     if isinstance(error, GuardInterrupt) or facts.stalled:
         return STALL
+    if raised_in_worker(error):
+        return None
+    if facts.exited or facts.died:
+        return DIED
     if is_users_timeout(error, facts):
         return None
-    if is_worker_death(error):
-        pids = dead_worker_pids(error)
-        return None if pids and not set(pids) & set(facts.pids) else DIED
-    if facts.died:
-        return DIED
-    if facts.num_workers and _FROM_A_WORKER not in str(error):
-        return ASK_WORKERS
-    return None
+    return ASK_WORKERS if facts.num_workers else None
 
 
 def death_cause(error: BaseException | None, died: str | None) -> str:
-    """A worker's death in words: torch's report, or the error it showed as."""
-    if error is not None and is_worker_death(error):
+    """A worker's death in words: torch's report (the error it showed as), or what the SIGCHLD handler saw."""
+    if isinstance(error, RuntimeError) and died is None:
         return str(error)
     if died is not None:
         return died + (" (seen between batches)" if error is None else "")
@@ -79,11 +95,22 @@ def choose_rung(
     tried: list[Settings],
     picklable: Callable[[], bool],
     per_worker_streams: bool,
+    killer_skipped: int | None = None,
 ) -> Rung | None:
     """Where loading goes after `kind` failed it at `failed`: one rung down the ladder (guard/ladder.py), or after
     a stall in the main process up to a worker (see after_main_stall); None when no restart or rung is left.
-    `picklable()` says whether workers that are not forked can load the dataset (asked only when needed)."""
-    if not restarts_left or escalated:
+    `picklable()` says whether workers that are not forked can load the dataset (asked only when needed).
+    After a death on a sample that is skipped from now on (`killer_skipped`), the settings stay: the sample
+    was the cause, and it is no longer loaded."""
+    if not restarts_left:
+        return None
+    if kind == DIED and killer_skipped is not None:
+        return Rung(
+            failed,
+            f": dataset index {killer_skipped}, which the worker was loading when it died, is skipped from now on "
+            '(on_sample_error="skip")',
+        )
+    if escalated:
         return None
     if failed.num_workers == 0:
         return after_main_stall(failed, tried, picklable) if kind == STALL else None

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.guard.inhand import InHand
 from loaderdoctor.guard.inner import Inner
 from loaderdoctor.guard.plan import EpochPlan, PlannedBatchSampler, plan_generators, replayed
 from loaderdoctor.guard.samples import GuardedSamples, SkipReports, Tagger
@@ -84,6 +85,7 @@ class Resume(Protocol):
     def load(self, state: dict[str, Any], num_workers: int) -> Loaded: ...
     def restart_words(self, settings: Settings) -> tuple[str, dict[str, Any]]: ...
     def gave_up_words(self, settings: Settings) -> str: ...
+    def skip_killer(self, index: int | None, death: str) -> bool: ...
 
 
 def _tap(loader: DataLoader, settings: Settings, waits: RecentWaits) -> Tap:
@@ -116,6 +118,14 @@ class PlanResume:
         self.loader = loader
         self.skip = skip
         self.plan = EpochPlan(None, length=0)
+        self.killers: dict[int, str] = {}  # under skip: indices that killed a worker, never loaded again
+
+    def skip_killer(self, index: int | None, death: str) -> bool:
+        """Under on_sample_error="skip": never load `index` again (it killed a worker); whether it will be."""
+        if not self.skip or index is None:
+            return False
+        self.killers[index] = death
+        return True
 
     def start(self, plan: EpochPlan) -> None:
         self.plan = plan
@@ -132,10 +142,11 @@ class PlanResume:
         planned = {"batch_sampler": sampler} if spec.batch_sampler is not None else {"sampler": sampler}
         spec = dataclasses.replace(spec, generator=building.generator, **planned)
         reports = SkipReports(building.stack_dir()) if self.skip else None
-        dataset = GuardedSamples(spec.dataset, None if reports is None else reports.path)
+        in_hand = InHand(building.stack_dir(), settings.num_workers) if settings.num_workers else None
+        dataset = GuardedSamples(spec.dataset, None if reports is None else reports.path, in_hand, self.killers)
         hook = UsersDatasetHook(_stack_hook(building), dataset.inner)
         loader = spec.build(settings, dataset=dataset, worker_hook=hook)
-        return Inner(loader, sampler, settings, _tap(loader, settings, building.waits), reports)
+        return Inner(loader, sampler, settings, _tap(loader, settings, building.waits), reports, in_hand=in_hand)
 
     def stale(self, inner: Inner) -> bool:
         return False  # workers alive from the epoch before take the next plan as they are
@@ -224,6 +235,9 @@ class StreamResume:
     def __init__(self, loader: DataLoader) -> None:
         self.loader = loader
         self.streams = StreamRecord()
+
+    def skip_killer(self, index: int | None, death: str) -> bool:
+        return False  # a stream's items have no index to skip by
 
     def start(self, plan: EpochPlan) -> None:
         self.streams.reset()

@@ -34,6 +34,7 @@ import tempfile
 import traceback
 from typing import Any
 
+from loaderdoctor.guard.inhand import InHand
 from loaderdoctor.indexed import IndexedDataset, SampleFailure, parse_sample_failures
 
 ON_SAMPLE_ERROR = ("raise", "skip")
@@ -124,19 +125,50 @@ def in_original_type(failure: SampleFailure) -> BaseException:
     return error if named == [index for index, _, _ in parse_sample_failures(failure)] else failure
 
 
+class KilledItsWorker(Exception):
+    """A sample that killed a worker process before, not loaded again under on_sample_error="skip"."""
+
+
 class GuardedSamples(IndexedDataset):
     """The user's dataset as the guard's internal loader reads it: samples pass through; one that raises is
     named in the error (untagged requests) or replaced and reported (Requests, under on_sample_error="skip").
+    The index being loaded is kept in `in_hand` (see inhand.py); `killers` are indices that killed a worker
+    before (with the death in words), failed without loading them.
 
     Attributes set on it (a worker_init_fn setting get_worker_info().dataset.handle = ...) go to the user's
     dataset, as reading them does.
     """
 
-    _OWN = frozenset({"inner", "report_path"})
+    _OWN = frozenset({"inner", "report_path", "in_hand", "killers"})
 
-    def __init__(self, inner: Any, report_path: str | None = None) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        report_path: str | None = None,
+        in_hand: InHand | None = None,
+        killers: dict[int, str] | None = None,
+    ) -> None:
         super().__init__(inner)
         self.report_path = report_path  # where replacements are reported; None: no replacing
+        self.in_hand = in_hand
+        self.killers = dict(killers or {})
+
+    def _load(self, index: Any) -> Any:
+        if self.killers:
+            try:
+                death = self.killers.get(index)
+            except TypeError:  # an index that cannot be hashed is no integer: none of them
+                death = None
+            if death is not None:
+                raise KilledItsWorker(f"loading it killed a worker process before ({death})")
+        in_hand = self.in_hand
+        if in_hand is None:
+            return self.inner[index]
+        in_hand.loading(index)
+        try:
+            return self.inner[index]
+        finally:
+            in_hand.done()
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._OWN:
@@ -196,7 +228,7 @@ class GuardedSamples(IndexedDataset):
         for step in range(1, tries + 1):
             candidate = start + step if size is None else (start + step) % size
             try:
-                return candidate, self.inner[candidate]
+                return candidate, self._load(candidate)
             except Exception:
                 continue
         return None

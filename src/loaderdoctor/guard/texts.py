@@ -10,7 +10,6 @@ from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.samples import BAD_SHARE_CONFIDENCE, bad_share_floor
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import Settings
-from loaderdoctor.tap import dead_worker_pids
 from loaderdoctor.watchdog import StallNotice
 from loaderdoctor.words import plural
 
@@ -19,11 +18,11 @@ INDICES_SHOWN = 20  # bad sample indices named in the error that ends a run with
 
 def stuck_text(stacks: list[WorkerStack]) -> str:
     """Where each worker is stuck, as the guard's messages name it."""
-    stuck = [f"pid {s.pid} at {frame}" for s in stacks if (frame := s.stuck_frame) is not None]
+    stuck = [where for s in stacks if (where := s.stuck_at()) is not None]
     if stuck:
         return "; ".join(stuck)
     if stacks:
-        return "no frame of the user's code in the stacks (pids " + ", ".join(str(s.pid) for s in stacks) + ")"
+        return "no frame in the stacks (pids " + ", ".join(str(s.pid) for s in stacks) + ")"
     return "no stack could be taken"
 
 
@@ -64,13 +63,23 @@ def stall_event(
     )
 
 
-def death_event(epoch: int, position: int, cause: str, loading: list[tuple[int, Any]] | None) -> GuardEvent:
-    """A worker's death; `loading` the plan positions and indices of the batches it had in hand, when known."""
+def death_event(
+    epoch: int,
+    position: int,
+    cause: str,
+    pids: list[int],
+    loading: list[tuple[int, Any]] | None,
+    killer: int | None = None,
+) -> GuardEvent:
+    """A worker's death; `pids` the workers that ended, `loading` the plan positions and indices of the batches
+    they had in hand, `killer` the dataset index being loaded when it died, when known."""
     message = f"loaderdoctor guard: worker died at epoch {epoch}, batch {position}: {cause}"
-    detail: dict[str, Any] = {"error": cause, "pids": dead_worker_pids(cause)}
+    detail: dict[str, Any] = {"error": cause, "pids": pids, "index": killer}
     if loading is not None:
         message += f"; {loading_text(loading)}"
         detail["in_hand"] = [{"batch": position, "indices": indices} for position, indices in loading]
+    if killer is not None:
+        message += f"; it died loading dataset index {killer}"
     return GuardEvent("worker-died", epoch, position, message, detail)
 
 
@@ -156,6 +165,7 @@ def gave_up_error(
     stacks: list[WorkerStack],
     error: BaseException | None,
     loading: list[tuple[int, Any]] | None = None,
+    killer: int | None = None,
 ) -> LoaderGaveUp:
     """The error that ends a run with no restart or rung left; `where` the epoch and batch, `why_no_rung` why
     the ladder ended before max_restarts (empty when restarts ran out)."""
@@ -171,7 +181,14 @@ def gave_up_error(
     elif error is not None:
         message += f" Last error: {error}"
         if loading is not None:
-            message += f"; {loading_text(loading)}: a sample there may crash any process that loads it"
+            message += f"; {loading_text(loading)}"
+        if killer is not None:
+            message += (
+                f"; it died loading dataset index {killer}, which may crash any process that loads it "
+                '(on_sample_error="skip" skips such a sample)'
+            )
+        elif loading is not None:
+            message += ": a sample there may crash any process that loads it"
     return LoaderGaveUp(
         message,
         hint="the stuck frame is where loading waits (a lock, a read that never returns, a library "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loaderdoctor.forksafety import recorded_hazards
-from loaderdoctor.recording import Recording, WorkerStack
+from loaderdoctor.recording import Recording
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import settings_snippet, workers_run_pools
 
@@ -63,18 +63,12 @@ def fork_unsafe(rec: Recording) -> Finding | None:
     )
 
 
-def _stuck_frame(stack: WorkerStack) -> str | None:
-    """Where one process is stuck: the innermost frame in the user's code, else the innermost one."""
-    frame = stack.stuck_frame or (stack.frames[0] if stack.frames else None)
-    return None if frame is None else f"pid {stack.pid}: {frame}"
-
-
 def stall(rec: Recording) -> Finding | None:
     """A batch never came: which one, how long the loop waited, and where the workers are stuck."""
     if rec.stall is None:
         return None
     stalled = rec.stall
-    stuck_frames = [f for f in (_stuck_frame(s) for s in stalled.stacks) if f is not None]
+    stuck_frames = [f for f in (s.stuck_at() for s in stalled.stacks) if f is not None]
     hazards = recorded_hazards(rec)
     if hazards.explain(True, workers_run_pools(rec)) and rec.start_method == "fork":
         fix = f"Workers were forked while {hazards.describe()}, the known cause of this hang (see fork-unsafe)."
