@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test conformance lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/pytest
+
+# The drop-in's conformance suite over the whole matrix (fork, forkserver, spawn x 0, 1, 2 workers, every option).
+conformance: $(STAMP)
+	LOADERDOCTOR_FULL_MATRIX=1 $(BIN)/pytest tests/integration/test_conformance.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -13,21 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.errors import LoaderDoctorError, StoppedByUser, UsageError
-from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
+from loaderdoctor.epochloop import EpochLoop, close_iterator
+from loaderdoctor.errors import StoppedByUser, UsageError
+from loaderdoctor.fingerprints import EpochTally
 from loaderdoctor.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.host import OtherLoad, host_facts
-from loaderdoctor.indexed import IndexedDataset, parse_sample_failures
-from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
+from loaderdoctor.indexed import IndexedDataset
+from loaderdoctor.interrupt import MainThreadInterrupter
 from loaderdoctor.pickling import pickled_bytes
 from loaderdoctor.recording import (
     BatchRecord,
-    EpochRecord,
     Recording,
-    SampleError,
     Stall,
     Window,
-    WorkerDeath,
     WorkerStack,
     epoch_overhead_s,
     first_startup_s,
@@ -40,19 +38,12 @@ from loaderdoctor.tap import (
     IteratorCreated,
     Tap,
     TapIterator,
-    exited_workers,
-    is_worker_death,
-    starts_workers,
 )
-from loaderdoctor.usercode import describe_exception
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 from loaderdoctor.workers import StackDumpHook, WorkerSampler, thread_idle
 from loaderdoctor.workload import Step, sleep_step
 
 log = logging.getLogger("loaderdoctor")
-
-# A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
-_MAX_CONSECUTIVE_FAILURES = 50
 
 
 @dataclass(frozen=True)
@@ -73,7 +64,7 @@ def deadline_allowance(seconds: float) -> float:
     return seconds * 1.5 + 5.0
 
 
-class ProbeSession:
+class ProbeSession(EpochLoop):
     """One loader with one Settings, measured through the tap: start() runs the first iter() up to the first
     batch (the start-up, measured apart), run() measures steady windows of running, epochs rolling over as in
     a training loop, and close() ends every worker and returns the Recording. Between windows the loader
@@ -309,6 +300,12 @@ class ProbeSession:
                 if ended == "exhausted" and self.rec.epochs[-1].batches == 0:
                     return  # an empty epoch: nothing more to deliver
 
+    def report_progress(self) -> None:
+        if self.progress is not None:
+            elapsed = self.clock() - self.started
+            epochs = max(self.epoch + 1, 1)
+            self.progress(ProbeProgress(self.epoch, epochs, len(self.rec.batches), elapsed, self.budget_s))
+
     def close(self) -> Recording:
         """End the workers and the watching; the Recording, complete. Safe to call more than once."""
         if self.closed:
@@ -317,7 +314,7 @@ class ProbeSession:
             if self.iterator is not None:
                 self.end_epoch("time")
             if self.last_iterator is not None:
-                _close(self.last_iterator)  # persistent workers outlive their epochs' iterators
+                close_iterator(self.last_iterator)  # persistent workers outlive their epochs' iterators
         finally:
             self.closed = True
             self.watchdog.stop()
@@ -336,163 +333,6 @@ class ProbeSession:
         if forks and (recorded_hazards(rec) or rec.outcome != "completed"):
             rec.forkserver_blocker = forkserver_blocker(self.spec)
         return rec
-
-    def _open_epoch(self) -> bool:
-        """iter() for the next epoch; whether it opened (a worker of the last epoch may die as it begins)."""
-        self.epoch += 1
-        self.report_progress()
-        self.epoch_started = self.clock()
-        self.tally = EpochTally()
-        # How many of the epoch's first batches are start-up, as recording.startup_batches counts them.
-        starting = self.settings.backend == "process" and starts_workers(self.tap.loader)
-        self.startup_count = max(1, self.settings.num_workers) if starting else 1
-        try:
-            self.iterator = self.last_iterator = self.tap.epoch(self.epoch)
-        except RuntimeError as error:
-            if self._failure(self.epoch, 0, error) is None:
-                raise
-            self.iterator = None
-            return False
-        return True
-
-    def end_epoch(self, ended: str) -> None:
-        """Record the open epoch, ending its workers unless they persist (as a training loop's next iter()
-        would); `ended` says how it ended."""
-        iterator = self.iterator
-        self.iterator = None
-        if iterator is None:
-            return
-        if not self.settings.persistent_workers or ended in ("stall", "worker-died", "error"):
-            _close(iterator)
-        now = self.clock()
-        batches = sum(1 for b in self.rec.batches if b.epoch == self.epoch)
-        self.rec.epochs.append(
-            EpochRecord(
-                epoch=self.epoch,
-                first_batch_s=self.first_batch_s.get(self.epoch),
-                batches=batches,
-                wall_s=now - self.epoch_started,
-                worker_pids=list(self.epoch_pids),
-                ended=ended,
-                started_s=self.epoch_started - self.started,
-                end_s=max(0.0, now - max(self.last_step_end, self.epoch_started)) if batches else 0.0,
-                samples_fingerprinted=self.tally.samples,
-                distinct_samples=self.tally.distinct if self.tally.samples else None,
-                typical_copies=self.tally.typical_copies,
-            )
-        )
-
-    def report_progress(self) -> None:
-        if self.progress is not None:
-            elapsed = self.clock() - self.started
-            epochs = max(self.epoch + 1, 1)
-            self.progress(ProbeProgress(self.epoch, epochs, len(self.rec.batches), elapsed, self.budget_s))
-
-    def _failure(self, epoch: int, batch: int, error: BaseException) -> str | None:
-        """How `error` ends the run ("stall", "worker-died") with the outcome recorded; None when it does not
-        (a sample that raised)."""
-        if self.rec.stall is not None:
-            self.rec.outcome = "stalled"
-            return "stall"
-        if is_worker_death(error, self.tap.torch_iterator()):
-            self.rec.worker_deaths.append(WorkerDeath(epoch, max(batch, 0), str(error)))
-            self.rec.outcome = "crashed"
-            return "worker-died"
-        return None
-
-    def _consume(
-        self, deadline: float, min_batches: int, give_up: float | None, steady: bool
-    ) -> tuple[str | None, int]:
-        """Run the open epoch's batches through the step until `deadline` with `min_batches` delivered (or until
-        `give_up`): how the epoch ended ("exhausted", "stall", "worker-died", "error"; None when it goes on),
-        and the batches delivered that count (only steady ones if `steady`)."""
-        iterator = self.iterator
-        assert iterator is not None
-        self._counted = 0
-        try:
-            ended = self._consume_batches(iterator, deadline, min_batches, give_up, steady)
-        except RuntimeError as error:
-            # torch's SIGCHLD handler raises a worker's death wherever the main thread is, not only in next().
-            ended = self._failure(self.epoch, iterator.index - 1, error)
-            if ended is None:
-                raise
-        return ended, self._counted
-
-    def _consume_batches(
-        self,
-        iterator: TapIterator,
-        deadline: float,
-        min_batches: int,
-        give_up: float | None,
-        steady: bool,
-    ) -> str | None:
-        failures_in_a_row = 0
-        while True:
-            try:
-                self.interrupter.armed = True
-                try:
-                    batch = next(iterator)
-                finally:
-                    self.interrupter.armed = False
-            except StopIteration:
-                return "exhausted"
-            except Interrupted:
-                self.rec.outcome = "stalled"
-                return "stall"
-            except Exception as error:
-                ended = self._failure(self.epoch, iterator.index - 1, error)
-                if ended is not None:
-                    return ended
-                self._record_sample_error(self.epoch, iterator.index - 1, error)
-                failures_in_a_row += 1
-                if failures_in_a_row >= _MAX_CONSECUTIVE_FAILURES:
-                    self.rec.outcome = "crashed"
-                    self.rec.error = f"{failures_in_a_row} batches in a row failed; the last: {error}"
-                    return "error"
-                continue
-            failures_in_a_row = 0
-            if self.fingerprint:
-                fingerprints = sample_fingerprints(batch, self.rec.batches[-1].samples)
-                if fingerprints is not None:
-                    self.tally.add(fingerprints)
-            if self.step is not None:
-                self._run_step(batch)
-            self.last_step_end = self.clock()
-            del batch
-            if not steady or iterator.delivered > self.startup_count:
-                self._counted += 1
-            self.report_progress()
-            now = self.clock()
-            if (now >= deadline and self._counted >= min_batches) or (give_up is not None and now >= give_up):
-                return None
-
-    def _run_step(self, batch: Any) -> None:
-        step_started = self.clock()
-        try:
-            self.step(batch)  # type: ignore[misc]
-        except Exception as error:
-            if is_worker_death(error, self.tap.torch_iterator()):
-                raise  # a worker died while the step ran: not the step's fault
-            raise LoaderDoctorError(
-                f"the training step raised {describe_exception(error)}",
-                hint="the step given with Workload(step=...) must accept one batch as the loader yields it",
-            ) from error
-        self.rec.batches[-1].step_s = self.clock() - step_started
-        self.step_times.append(self.rec.batches[-1].step_s)
-
-    def _record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
-        for index, error_type, message in parse_sample_failures(error):
-            self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
-
-
-def _close(iterator: TapIterator) -> None:
-    """End an iterator's workers; a death torch reports meanwhile is already recorded, or was expected."""
-    died_before = bool(exited_workers(iterator.inner))
-    try:
-        iterator.close()
-    except RuntimeError:
-        if not died_before:
-            raise
 
 
 def _sized_len(obj: Any) -> int | None:

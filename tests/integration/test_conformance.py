@@ -3,6 +3,7 @@ order, the same len(), the same errors, for fork, forkserver and spawn with 0, 1
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -122,6 +123,21 @@ def test_samplers_and_batching_options_give_the_plain_loaders_batches(case, name
         pytest.skip("prefetch_factor needs workers (torch refuses it without)")
     plain, guarded = _both(Augmented(), 2, make=BATCHING[name], persistent_workers=False, **_options(case))
     assert guarded == plain
+
+
+# Every batching option over the rest of the matrix costs about 100 s (each forkserver or spawn worker imports
+# torch): `make test` runs a fork and a spawn case, `make conformance` (LOADERDOCTOR_FULL_MATRIX=1) all of them.
+_REST = [c for c in MATRIX if c not in QUICK]
+REST = _REST if os.environ.get("LOADERDOCTOR_FULL_MATRIX") == "1" else [(1, "fork"), (2, "spawn")]
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator")
+@pytest.mark.parametrize("case", REST, ids=_ids)
+def test_every_batching_option_gives_the_plain_loaders_batches_for_each_start_method(case):
+    # The rest of the matrix, one epoch of persistent workers each (the options' later epochs run above).
+    for name, make in BATCHING.items():
+        plain, guarded = _both(Augmented(), 1, make=make, persistent_workers=True, **_options(case))
+        assert guarded == plain, name
 
 
 @pytest.mark.parametrize("case", QUICK, ids=_ids)
@@ -352,3 +368,34 @@ def test_signal_handlers_are_as_torch_leaves_them_once_guarded_workers_are_gone(
     with loaderdoctor.DataLoader(Augmented(), batch_size=4, num_workers=2, multiprocessing_context="fork") as guarded:
         list(guarded)
     assert signal.getsignal(signal.SIGCHLD) is torchs
+
+
+def _peek_then_epochs(loader) -> list[list]:
+    """A first batch looked at with next(iter(loader)), as notebooks and sanity checks do, then two epochs."""
+    peeked = next(iter(loader)).tolist()
+    return [[peeked], *_epochs(loader, 2)]
+
+
+@pytest.mark.parametrize("case", QUICK, ids=_ids)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_peek_then_epochs_gives_the_plain_loaders_batches(case, persistent):
+    if persistent and not case[0]:
+        pytest.skip("persistent_workers needs workers")
+    kwargs = {"batch_size": 4, "shuffle": True, "persistent_workers": persistent, **_options(case)}
+    torch.manual_seed(99), random.seed(99)
+    plain = _peek_then_epochs(TorchDataLoader(Augmented(), generator=torch.Generator().manual_seed(1234), **kwargs))
+    torch.manual_seed(99), random.seed(99)
+    with loaderdoctor.DataLoader(Augmented(), generator=torch.Generator().manual_seed(1234), **kwargs) as loader:
+        guarded = _peek_then_epochs(loader)
+    assert guarded == plain
+
+
+def test_two_iterators_at_once_the_earlier_one_says_it_was_ended():
+    # A documented difference: torch runs two iterators of one loader side by side (each with its own workers);
+    # the guard runs one epoch at a time, so the earlier iterator raises a clear error instead of mixing epochs.
+    with loaderdoctor.DataLoader(Augmented(), batch_size=4) as loader:
+        first, second = iter(loader), iter(loader)
+        assert len(next(second)) == 4
+        with pytest.raises(loaderdoctor.UsageError, match="ended by iter\\(\\) of epoch 1"):
+            next(first)
+        assert sum(1 for _ in second) == 5  # the later one goes on

@@ -5,6 +5,8 @@ GuardedLoader, split off by responsibility: it reads and sets the loader's own s
 from __future__ import annotations
 
 import logging
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from loaderdoctor.errors import LoaderGaveUp
@@ -24,7 +26,7 @@ from loaderdoctor.guard.texts import death_event, gave_up_error, restart_event, 
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.stalls import Ended, respond_to_stall
-from loaderdoctor.watchdog import StallNotice
+from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 
 if TYPE_CHECKING:
     import threading
@@ -45,6 +47,7 @@ class FailureHandling:
 
     # The loader's state this half reads and sets (GuardedLoader.__init__ sets them).
     settings: Settings
+    policy: StallPolicy
     tried: list[Settings]
     restarts: int
     max_restarts: int
@@ -94,6 +97,10 @@ class FailureHandling:
             dead = ", ".join(map(str, inner.dead_workers(0.0)))
             inner.died = f"DataLoader worker (pid(s) {dead}) exited: {type(error).__name__}: {error}"
         return kind
+
+    def _watch(self, inner: Inner) -> None:
+        """Start the watchdog over `inner`'s batches (again, after a main-process stall that ended by itself)."""
+        inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
 
     def _stall(self, inner: Inner, notice: StallNotice) -> None:
         """From the watchdog's thread: take the stuck workers' stacks, record the stall, end the workers (or
@@ -199,3 +206,15 @@ class FailureHandling:
             return None
         positions = [inner.start + task for task in sorted(waiting)]
         return [(position, self._resume.indices(position)) for position in positions]
+
+
+def _on_stall_of(guarded: FailureHandling, inner: Inner) -> Callable[[StallNotice], None]:
+    # The watchdog's thread holds this callback: a weak reference lets an abandoned loader be collected.
+    ref = weakref.ref(guarded)
+
+    def on_stall(notice: StallNotice) -> None:
+        loader = ref()
+        if loader is not None:
+            loader._stall(inner, notice)
+
+    return on_stall

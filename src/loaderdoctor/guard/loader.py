@@ -7,7 +7,7 @@ import logging
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,6 +15,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
 from loaderdoctor.guard import children
+from loaderdoctor.guard.attributes import forward_loader_attributes
+from loaderdoctor.guard.checkpoint import Checkpoints
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.failures import FailureHandling
 from loaderdoctor.guard.inner import Inner, Resources
@@ -26,7 +28,7 @@ from loaderdoctor.guard.plan import (
 from loaderdoctor.guard.recovery import (
     is_users_timeout,
 )
-from loaderdoctor.guard.resume import Building, PlanResume, Resume, Standing, StreamResume
+from loaderdoctor.guard.resume import Building, PlanResume, Resume, StreamResume
 from loaderdoctor.guard.safe import SettingChange, StartSafety, persistent_workers_change
 from loaderdoctor.guard.samples import (
     too_many_bad,
@@ -40,7 +42,7 @@ from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tap import RecentWaits, starts_workers
-from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
+from loaderdoctor.watchdog import StallPolicy
 
 # Imported from here by callers and tests: kept where they always were.
 __all__ = ["STATE_VERSION", "GuardedLoader", "stall_policy"]
@@ -50,19 +52,7 @@ log = logging.getLogger("loaderdoctor")
 _MAIN_THREAD = threading.main_thread().ident
 
 
-def _on_stall_of(guarded: GuardedLoader, inner: Inner) -> Callable[[StallNotice], None]:
-    # The watchdog's thread holds this callback: a weak reference lets an abandoned loader be collected.
-    ref = weakref.ref(guarded)
-
-    def on_stall(notice: StallNotice) -> None:
-        loader = ref()
-        if loader is not None:
-            loader._stall(inner, notice)
-
-    return on_stall
-
-
-class GuardedLoader(FailureHandling):
+class GuardedLoader(FailureHandling, Checkpoints):
     """Iterates like the DataLoader it guards, batch for batch, and never hangs forever on its workers.
 
     A watchdog declares a stall when no batch comes for too long (`stall_timeout`: None for adaptive deadlines,
@@ -189,43 +179,6 @@ class GuardedLoader(FailureHandling):
         self._close_inner()
         self._resources.release()
 
-    def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands, as plain JSON-ready data (a few kilobytes whatever the dataset's length),
-        for load_state_dict() on a loader built the same way, whose next iter() then resumes at the first batch
-        not yet delivered. The format of each kind is described in guard/state.py."""
-        mid_epoch = self._epoch >= 0 and not self._exhausted and not self._resume.ends_at(self._position)
-        standing = Standing(
-            epoch=self._epoch if mid_epoch else self._epoch + 1,
-            position=self._position,
-            mid_epoch=mid_epoch,
-            seed_state=self._seed_state,
-            restarts=self.restarts,
-            skipped=self.skipped,
-            samples_seen=self._samples_seen,
-        )
-        return self._resume.state(standing, self.settings.num_workers)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Make the next iter() resume where `state` (from state_dict()) was taken: the batches not yet
-        delivered, in their order, then the later epochs as the saved loader would have drawn them.
-
-        Ends any epoch under way and its workers. A UsageError, changing nothing, when the state is of
-        another version, malformed, or from a loader that differs (dataset length, batch size, generators;
-        over an IterableDataset, mid-epoch, the number of workers: 0 and 1 are both one stream).
-        """
-        self._end_epoch()
-        loaded = self._resume.load(state, self.settings.num_workers)
-        self._close_inner()  # the next workers start from the loaded seed state (and streams)
-        self._seed_state, self.restarts = loaded.seed_state, loaded.restarts
-        if loaded.skipped is not None:
-            self.skipped = list(loaded.skipped)
-        if loaded.samples_seen is not None:
-            self._samples_seen = loaded.samples_seen
-        self._resume_pending = loaded.mid_epoch
-        self._epoch = loaded.epoch if loaded.mid_epoch else loaded.epoch - 1
-        self._position = loaded.position if loaded.mid_epoch else 0
-        self._exhausted = not loaded.mid_epoch
-
     def __enter__(self) -> GuardedLoader:
         return self
 
@@ -301,7 +254,7 @@ class GuardedLoader(FailureHandling):
             # New workers: their base seed is drawn from the state the plain DataLoader drew this epoch's from.
             inner.loader.generator.set_state(self._seed_state)
         inner.start = self._position
-        inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
+        self._watch(inner)
         if not inner.settings.num_workers:
             self._interrupter.install()  # while this epoch runs in the main process (main thread only)
         children.arm(inner)
@@ -381,7 +334,7 @@ class GuardedLoader(FailureHandling):
             if inner.watchdog is not None and inner.watchdog.fired is not None and not inner.settings.num_workers:
                 # A main-process stall that ended by itself: watch the next batches again.
                 inner.watchdog.stop()
-                inner.watchdog = Watchdog(inner.tap, self.policy, _on_stall_of(self, inner)).start()
+                self._watch(inner)
             if inner.reports is not None:
                 self._count_samples(inner, self._position - 1, planned)
             return batch
@@ -419,25 +372,7 @@ class GuardedLoader(FailureHandling):
             self._resources.inner = None
 
 
-def _forwarded(name: str) -> property:
-    """The DataLoader's attribute `name` on the guarded loader: read from the user's loader, and set on it as torch
-    sets it (a ValueError for those torch fixes after construction: batch_size, sampler, dataset...); the others
-    (collate_fn, num_workers, timeout...) apply from the next iter() on, as with torch's DataLoader."""
-
-    def read(guarded: GuardedLoader) -> Any:
-        return getattr(guarded.loader, name)
-
-    def write(guarded: GuardedLoader, value: Any) -> None:
-        setattr(guarded.loader, name, value)
-        guarded._loader_changed = True
-
-    return property(read, write, doc=f"The user's DataLoader's {name}.")
-
-
-# Properties rather than __setattr__, which would cost every assignment of the guard's own state per batch.
-_LOADER_ATTRIBUTES = [name for name in vars(DataLoader([0])) if not name.startswith("_")] + ["multiprocessing_context"]
-for _name in _LOADER_ATTRIBUTES:
-    setattr(GuardedLoader, _name, _forwarded(_name))
+forward_loader_attributes(GuardedLoader)
 
 
 class _EpochIterator:

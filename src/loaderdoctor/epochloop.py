@@ -1,0 +1,200 @@
+"""EpochLoop: how the probe runs its epochs, as a training loop would: iter(), each batch through the training
+step, epochs recorded as they end, and how a failure ends one (a stall, a worker's death, samples that raise)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from loaderdoctor.errors import LoaderDoctorError
+from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
+from loaderdoctor.indexed import parse_sample_failures
+from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
+from loaderdoctor.recording import EpochRecord, Recording, SampleError, WorkerDeath
+from loaderdoctor.settings import Settings
+from loaderdoctor.tap import Tap, TapIterator, exited_workers, is_worker_death, starts_workers
+from loaderdoctor.usercode import describe_exception
+from loaderdoctor.workload import Step
+
+# A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
+_MAX_CONSECUTIVE_FAILURES = 50
+
+
+class EpochLoop:
+    """The epochs of a ProbeSession (probe.py), which sets these attributes."""
+
+    settings: Settings
+    step: Step | None
+    clock: Callable[[], float]
+    consumer: threading.Thread
+    interrupter: MainThreadInterrupter
+    rec: Recording
+    tap: Tap
+    iterator: TapIterator | None  # the open epoch's
+    last_iterator: TapIterator | None  # the last epoch's, whose workers may persist
+    epoch: int
+    epoch_started: float
+    epoch_pids: list[int]
+    first_batch_s: dict[int, float]
+    step_times: list[float]
+    last_step_end: float
+    started: float
+    _counted: int
+    startup_count: int
+    tally: EpochTally
+    fingerprint: bool
+
+    def report_progress(self) -> None:
+        raise NotImplementedError
+
+    def _open_epoch(self) -> bool:
+        """iter() for the next epoch; whether it opened (a worker of the last epoch may die as it begins)."""
+        self.epoch += 1
+        self.report_progress()
+        self.epoch_started = self.clock()
+        self.tally = EpochTally()
+        # How many of the epoch's first batches are start-up, as recording.startup_batches counts them.
+        starting = self.settings.backend == "process" and starts_workers(self.tap.loader)
+        self.startup_count = max(1, self.settings.num_workers) if starting else 1
+        try:
+            self.iterator = self.last_iterator = self.tap.epoch(self.epoch)
+        except RuntimeError as error:
+            if self._failure(self.epoch, 0, error) is None:
+                raise
+            self.iterator = None
+            return False
+        return True
+
+    def end_epoch(self, ended: str) -> None:
+        """Record the open epoch, ending its workers unless they persist (as a training loop's next iter()
+        would); `ended` says how it ended."""
+        iterator = self.iterator
+        self.iterator = None
+        if iterator is None:
+            return
+        if not self.settings.persistent_workers or ended in ("stall", "worker-died", "error"):
+            close_iterator(iterator)
+        now = self.clock()
+        batches = sum(1 for b in self.rec.batches if b.epoch == self.epoch)
+        self.rec.epochs.append(
+            EpochRecord(
+                epoch=self.epoch,
+                first_batch_s=self.first_batch_s.get(self.epoch),
+                batches=batches,
+                wall_s=now - self.epoch_started,
+                worker_pids=list(self.epoch_pids),
+                ended=ended,
+                started_s=self.epoch_started - self.started,
+                end_s=max(0.0, now - max(self.last_step_end, self.epoch_started)) if batches else 0.0,
+                samples_fingerprinted=self.tally.samples,
+                distinct_samples=self.tally.distinct if self.tally.samples else None,
+                typical_copies=self.tally.typical_copies,
+            )
+        )
+
+    def _failure(self, epoch: int, batch: int, error: BaseException) -> str | None:
+        """How `error` ends the run ("stall", "worker-died") with the outcome recorded; None when it does not
+        (a sample that raised)."""
+        if self.rec.stall is not None:
+            self.rec.outcome = "stalled"
+            return "stall"
+        if is_worker_death(error, self.tap.torch_iterator()):
+            self.rec.worker_deaths.append(WorkerDeath(epoch, max(batch, 0), str(error)))
+            self.rec.outcome = "crashed"
+            return "worker-died"
+        return None
+
+    def _consume(
+        self, deadline: float, min_batches: int, give_up: float | None, steady: bool
+    ) -> tuple[str | None, int]:
+        """Run the open epoch's batches through the step until `deadline` with `min_batches` delivered (or until
+        `give_up`): how the epoch ended ("exhausted", "stall", "worker-died", "error"; None when it goes on),
+        and the batches delivered that count (only steady ones if `steady`)."""
+        iterator = self.iterator
+        assert iterator is not None
+        self._counted = 0
+        try:
+            ended = self._consume_batches(iterator, deadline, min_batches, give_up, steady)
+        except RuntimeError as error:
+            # torch's SIGCHLD handler raises a worker's death wherever the main thread is, not only in next().
+            ended = self._failure(self.epoch, iterator.index - 1, error)
+            if ended is None:
+                raise
+        return ended, self._counted
+
+    def _consume_batches(
+        self,
+        iterator: TapIterator,
+        deadline: float,
+        min_batches: int,
+        give_up: float | None,
+        steady: bool,
+    ) -> str | None:
+        failures_in_a_row = 0
+        while True:
+            try:
+                self.interrupter.armed = True
+                try:
+                    batch = next(iterator)
+                finally:
+                    self.interrupter.armed = False
+            except StopIteration:
+                return "exhausted"
+            except Interrupted:
+                self.rec.outcome = "stalled"
+                return "stall"
+            except Exception as error:
+                ended = self._failure(self.epoch, iterator.index - 1, error)
+                if ended is not None:
+                    return ended
+                self._record_sample_error(self.epoch, iterator.index - 1, error)
+                failures_in_a_row += 1
+                if failures_in_a_row >= _MAX_CONSECUTIVE_FAILURES:
+                    self.rec.outcome = "crashed"
+                    self.rec.error = f"{failures_in_a_row} batches in a row failed; the last: {error}"
+                    return "error"
+                continue
+            failures_in_a_row = 0
+            if self.fingerprint:
+                fingerprints = sample_fingerprints(batch, self.rec.batches[-1].samples)
+                if fingerprints is not None:
+                    self.tally.add(fingerprints)
+            if self.step is not None:
+                self._run_step(batch)
+            self.last_step_end = self.clock()
+            del batch
+            if not steady or iterator.delivered > self.startup_count:
+                self._counted += 1
+            self.report_progress()
+            now = self.clock()
+            if (now >= deadline and self._counted >= min_batches) or (give_up is not None and now >= give_up):
+                return None
+
+    def _run_step(self, batch: Any) -> None:
+        step_started = self.clock()
+        try:
+            self.step(batch)  # type: ignore[misc]
+        except Exception as error:
+            if is_worker_death(error, self.tap.torch_iterator()):
+                raise  # a worker died while the step ran: not the step's fault
+            raise LoaderDoctorError(
+                f"the training step raised {describe_exception(error)}",
+                hint="the step given with Workload(step=...) must accept one batch as the loader yields it",
+            ) from error
+        self.rec.batches[-1].step_s = self.clock() - step_started
+        self.step_times.append(self.rec.batches[-1].step_s)
+
+    def _record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
+        for index, error_type, message in parse_sample_failures(error):
+            self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
+
+
+def close_iterator(iterator: TapIterator) -> None:
+    """End an iterator's workers; a death torch reports meanwhile is already recorded, or was expected."""
+    died_before = bool(exited_workers(iterator.inner))
+    try:
+        iterator.close()
+    except RuntimeError:
+        if not died_before:
+            raise
