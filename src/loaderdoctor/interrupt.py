@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from loaderdoctor.signals import TemporaryHandler, chain, in_main_thread
+from loaderdoctor.signals import TemporaryHandler, chain
 
 INTERRUPT_SIGNAL = signal.SIGUSR2
 
@@ -28,10 +28,6 @@ class MainThreadInterrupter:
         self._sent = False  # this interrupter sent the signal now on its way
         # Held while a signal is sent, and while the handler is put back: so that ours never reaches the user's.
         self._lock = threading.Lock()
-
-    @property
-    def available(self) -> bool:
-        return in_main_thread()
 
     @property
     def installed(self) -> bool:
@@ -59,13 +55,13 @@ class MainThreadInterrupter:
                 time.sleep(0.001)  # ours is pending: let our handler take it (it does nothing, unarmed)
             self._handler.uninstall()
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: Any, previous: Any) -> None:
         ours, self._sent = self._sent, False
         if ours:
             if self.armed:
                 raise Interrupted()
             return  # next() returned meanwhile: nothing left to end
-        chain(self._handler.previous, signum, frame)
+        chain(previous, signum, frame)
 
     def interrupt(self) -> bool:
         """End the main thread's next(), if it is in one; whether a signal was sent."""

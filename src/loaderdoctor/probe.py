@@ -194,8 +194,11 @@ class ProbeSession(EpochLoop):
         ended = respond_to_stall(
             notice, dump_dir=self.dump_dir, consumer=self.consumer, interrupter=self.interrupter, record=record
         )
-        if ended is Ended.WAITING and not self.interrupter.available:
-            log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
+        if ended is Ended.WAITING:
+            if self.consumer is threading.main_thread():
+                log.error("SIGUSR2 has another handler now: the stuck next() cannot be interrupted")
+            else:
+                log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
 
     # Running
 

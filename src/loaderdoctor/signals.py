@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-Handler = Callable[[int, Any], None]
+Handler = Callable[[int, Any, Any], None]  # (signum, frame, the handler it replaced)
 
 
 def chain(previous: Any, signum: int, frame: Any) -> None:
@@ -27,31 +27,43 @@ def in_main_thread() -> bool:
 
 
 class TemporaryHandler:
-    """One handler for one signal, in place between install() and uninstall(); `previous` is the handler it
-    replaced (what a signal that is not its own goes to, see chain)."""
+    """One handler for one signal, in place between install() and uninstall(). Each install() puts in a new
+    function that hands `handler` the handler it replaced (what a signal that is not its own goes to, see
+    chain), and keeps it: a handler set over ours that still calls ours (as ours calls the one before) goes on
+    reaching the one before ours after uninstall(), and a later install() never makes a loop."""
 
     def __init__(self, signum: int, handler: Handler) -> None:
         self.signum = signum
         self.handler = handler
-        self.previous: Any = None
-        self.installed = False
+        self._installed: Callable[[int, Any], None] | None = None
+        self._previous: Any = None
+
+    @property
+    def installed(self) -> bool:
+        return self._installed is not None
 
     def install(self) -> bool:
         """Put the handler in place, from the main thread (elsewhere nothing happens); whether it is in place."""
-        if not self.installed and in_main_thread():
-            self.previous = signal.signal(self.signum, self.handler)
-            self.installed = True
+        if self._installed is None and in_main_thread():
+            previous: list[Any] = [None]
+            handler = self.handler
+
+            def installed(signum: int, frame: Any) -> None:
+                handler(signum, frame, previous[0])
+
+            previous[0] = self._previous = signal.signal(self.signum, installed)
+            self._installed = installed
         return self.installed
 
     def uninstall(self) -> None:
         """Put back the handler it replaced, unless another was set since (main thread only: elsewhere it stays,
         passing everything on, until the next chance)."""
-        if not self.installed or not in_main_thread():
+        if self._installed is None or not in_main_thread():
             return
         if self.current():
-            signal.signal(self.signum, self.previous)
-        self.installed, self.previous = False, None
+            signal.signal(self.signum, self._previous)
+        self._installed = self._previous = None
 
     def current(self) -> bool:
         """Whether this handler is the one in place now."""
-        return signal.getsignal(self.signum) == self.handler
+        return self._installed is not None and signal.getsignal(self.signum) is self._installed

@@ -30,11 +30,10 @@ def respond_to_stall(
     record: Callable[[list[WorkerStack]], None],
 ) -> Ended:
     """From the watchdog's thread: the stuck workers' stacks (or, without workers, the consuming thread's),
-    handed to `record`, then the wait ended. The wait is ended even when `record` raises (its error then
-    propagates): a bug in what a stall is recorded with must not leave a job hanging."""
-    stacks = dump_worker_stacks(notice.pids, dump_dir) if notice.pids else [thread_stack(consumer)]
+    handed to `record`, then the wait ended. The wait is ended even when taking the stacks or `record` raises
+    (the error then propagates): a bug in what a stall is recorded with must not leave a job hanging."""
     try:
-        record(stacks)
+        record(dump_worker_stacks(notice.pids, dump_dir) if notice.pids else [thread_stack(consumer)])
     finally:
         if notice.pids:
             kill_workers(notice.pids)

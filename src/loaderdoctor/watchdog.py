@@ -108,6 +108,7 @@ class Watchdog:
         policy = self._policy
         threshold = policy.threshold_s(self._tap.slowest_wait_s, first)
         reason = None
+        over_budget = False
         if waited > threshold:
             reason = (
                 f"no first batch {waited:.1f} s after iter()"
@@ -130,7 +131,7 @@ class Watchdog:
         elif self.deadline is not None and now > self.deadline:
             threshold = waited
             reason = f"the measuring budget ran out while waiting {waited:.1f} s for this batch"
+            over_budget = True
         if reason is None:
             return None
-        over_budget = reason.startswith("the measuring budget")
         return StallNotice(current.epoch, current.index, waited, threshold, reason, list(current.pids), over_budget)

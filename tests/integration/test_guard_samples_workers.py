@@ -115,7 +115,8 @@ def test_skip_reports_each_bad_sample_once_across_a_restart(tmp_path):
     # No shuffle: batch k holds 4k..4k+3. A worker dies at index 13 (batch 3) after the other has loaded batch 4
     # (17 and 18 in it) ahead: batch 4 is loaded again after the restart, and reported once, when delivered.
     # Loading batch 4 loads 19 three times (in place of 17, of 18, then itself): the death waits for that.
-    # Index 13, which killed its worker, is skipped from then on (replaced by 14, as a sample that raised).
+    # The death (a SIGKILL, as the OOM killer sends) names index 13 but does not skip it: a SIGKILL may fall on any
+    # sample; only a crash of the worker's own (SIGSEGV...) blames the sample.
     dataset = Broken(tmp_path, kill_at=13, after=(19, 3))
     user = _loader(dataset, shuffle=False, num_workers=2, multiprocessing_context="fork")
     with guard(user, on_sample_error="skip", max_bad_fraction=0.1, stall_timeout=QUICK) as guarded:
@@ -123,12 +124,10 @@ def test_skip_reports_each_bad_sample_once_across_a_restart(tmp_path):
         for batch in guarded:
             got.append(batch.tolist())
             time.sleep(0.05 if len(got) < 3 else 0)  # a training step, while the workers load ahead
-        expected = _expected(1, shuffle=False)[0]
-        expected[3] = [12, 14, 14, 15]
-        assert got == expected
+        assert got == _expected(1, shuffle=False)[0]
         kinds = [e.kind for e in guarded.events if e.kind != "setting-changed"]
-        assert sorted(kinds) == ["restart"] + ["sample-skipped"] * 5 + ["worker-died"]
-        assert _skip_events(guarded) == [(0, 1, 5), (0, 3, 13), (0, 4, 17), (0, 4, 18), (0, 11, 47)]
+        assert sorted(kinds) == ["restart"] + ["sample-skipped"] * 4 + ["worker-died"]
+        assert _skip_events(guarded) == [(0, 1, 5), (0, 4, 17), (0, 4, 18), (0, 11, 47)]
         assert [e.detail["index"] for e in guarded.events if e.kind == "worker-died"] == [13]
         # Both the dead workers' loader and the new one's reported 17: loaded twice, delivered and recorded once.
         reports = Path(guarded._resources.dump_dir).glob("skipped-*.jsonl")

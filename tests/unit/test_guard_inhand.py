@@ -1,41 +1,79 @@
-"""The slots where workers say which dataset index they are loading (guard/inhand.py)."""
+"""The slots where workers say which dataset index they are loading (guard/inhand.py), and the samples that
+killed a worker before, never loaded again under on_sample_error="skip" (guard/samples.py)."""
 
 from __future__ import annotations
 
 import pickle
 
 import pytest
-from torch.utils.data._utils import worker as torch_worker
+import torch
 
 from loaderdoctor.guard.inhand import InHand
+from loaderdoctor.guard.samples import GuardedSamples, Request
 
 
-@pytest.fixture
-def as_worker(monkeypatch):
-    """Runs the test body as if in worker `id` of 3 (torch's get_worker_info())."""
-
-    def become(worker_id: int) -> None:
-        info = torch_worker.WorkerInfo(id=worker_id, num_workers=3, seed=0, dataset=None)
-        monkeypatch.setattr(torch_worker, "_worker_info", info)
-
-    return become
-
-
-def test_a_worker_writes_its_own_slot_and_the_main_process_reads_it(tmp_path, as_worker):
+def test_a_worker_writes_its_own_slot_and_the_main_process_reads_it(tmp_path):
     slots = InHand(str(tmp_path), 3)
     assert [slots.read(i) for i in range(3)] == [None, None, None]
     in_worker = pickle.loads(pickle.dumps(slots))  # only the path travels
-    as_worker(1)
+    in_worker.attach(1)
     in_worker.loading(123_456_789_012)
     assert [slots.read(i) for i in range(3)] == [None, 123_456_789_012, None]
     in_worker.done()
     assert slots.read(1) is None
-    in_worker.loading("a key, not an index")  # nothing to name: the slot says none
-    assert slots.read(1) is None
+    for nameless in ("a key, not an index", 2**63 + 5, -(2**63)):
+        in_worker.loading(nameless)  # nothing to name it by: the slot says none, and loading goes on
+        assert slots.read(1) is None
+    in_worker.loading(torch.tensor(7))
+    assert slots.read(1) == 7
+
+
+def test_a_worker_starting_clears_what_an_earlier_one_left(tmp_path):
+    slots = InHand(str(tmp_path), 2)
+    ended = pickle.loads(pickle.dumps(slots))
+    ended.attach(0)
+    ended.loading(5)  # ended mid-sample (an epoch left early): its slot still says 5
+    pickle.loads(pickle.dumps(slots)).attach(0)  # the next epoch's worker 0
+    assert slots.read(0) is None
 
 
 def test_the_main_process_keeps_no_slot(tmp_path):
     slots = InHand(str(tmp_path), 2)
-    slots.loading(7)  # no worker: nothing written, nothing mapped
+    slots.loading(7)  # never attached: nothing written, nothing mapped
     assert slots.read(0) is None and slots.read(1) is None
     assert slots.read(5) is None  # past the slots
+
+
+class Batched:
+    """A dataset that loads whole batches (torch calls __getitems__), recording what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index: int) -> int:
+        self.asked.append(index)
+        return index
+
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        self.asked.extend(indices)
+        return list(indices)
+
+
+def test_a_killer_is_never_loaded_again_by_any_path(tmp_path):
+    dataset = Batched()
+    samples = GuardedSamples(dataset, str(tmp_path / "reports.jsonl"), killers={5: "killed by signal 11"})
+    assert samples.__getitems__(Request([4, 5, 6], (0, 1))) == [4, 6, 6]  # replaced, as one that raised
+    assert samples[Request(torch.tensor(5), (0, 2))] == 6  # whatever the index's type
+    assert 5 not in dataset.asked
+    assert samples.__getitems__(Request([1, 2], (0, 3))) == [1, 2]  # batches without one load whole
+
+
+@pytest.mark.parametrize("index", [5, torch.tensor(5)])
+def test_the_killer_is_reported_as_skipped(tmp_path, index):
+    report = tmp_path / "reports.jsonl"
+    samples = GuardedSamples(Batched(), str(report), killers={5: "killed by signal 11"})
+    samples[Request(index, (0, 0))]
+    assert '"error_type": "KilledItsWorker"' in report.read_text()

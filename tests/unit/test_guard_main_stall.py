@@ -138,7 +138,6 @@ def test_a_loader_that_came_down_through_a_single_spawned_worker_does_not_go_bac
         assert [e.kind for e in guarded.events] == ["stall"] and delivered == [0, 1, 2, 3]
 
 
-@pytest.mark.timeout(30)
 class SignalsDuring(Dataset):
     """Sends this process a SIGUSR2 (as a scheduler warns of preemption) while one sample loads."""
 
@@ -151,6 +150,7 @@ class SignalsDuring(Dataset):
         return index
 
 
+@pytest.mark.timeout(30)
 def test_the_users_sigusr2_handler_runs_during_and_after_a_guarded_loop():
     received = []
     users = signal.signal(INTERRUPT_SIGNAL, lambda signum, frame: received.append(signum))

@@ -9,6 +9,7 @@ from loaderdoctor.guard.recovery import (
     ASK_WORKERS,
     DIED,
     STALL,
+    USERS_TIMEOUT,
     FailureFacts,
     choose_rung,
     classify,
@@ -64,7 +65,7 @@ def test_decisions_never_read_the_words_of_an_error():
 def test_the_users_own_timeout_is_theirs_to_see():
     timed_out = RuntimeError("DataLoader timed out after 5 seconds")
     assert is_users_timeout(timed_out, _facts(users_timeout_s=5.0, waited_s=5.01))
-    assert classify(timed_out, _facts(users_timeout_s=5.0, waited_s=5.01)) is None
+    assert classify(timed_out, _facts(users_timeout_s=5.0, waited_s=5.01)) == USERS_TIMEOUT
     assert not is_users_timeout(timed_out, _facts(num_workers=0, users_timeout_s=5.0, waited_s=5.01))
     # Told by the clock, not the words: an error before the timeout passed, or with a worker dead, is not it.
     assert not is_users_timeout(timed_out, _facts(users_timeout_s=5.0, waited_s=0.2))

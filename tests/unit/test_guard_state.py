@@ -191,3 +191,23 @@ def test_a_state_lacking_keys_or_not_a_dict_is_refused():
             resumed.load_state_dict(state)
         with pytest.raises(UsageError, match="expects the dict that state_dict\\(\\) returns, not list"):
             resumed.load_state_dict([])
+
+
+def test_a_resume_draws_the_order_from_the_global_state_of_the_first_draw():
+    # A RandomSampler without a generator draws its seed from torch's global generator at the first next(), not at
+    # iter(): user code in between (a model's init) moves the global generator, and the saved state must follow.
+    torch.manual_seed(3)
+    with guard(DataLoader(Indices(), batch_size=4, shuffle=True)) as first:
+        batches = iter(first)
+        torch.rand(5)  # between iter() and the first batch
+        delivered = [next(batches).tolist(), next(batches).tolist()]
+        rest = [b.tolist() for b in batches]
+    torch.manual_seed(3)
+    with guard(DataLoader(Indices(), batch_size=4, shuffle=True)) as again:
+        batches = iter(again)
+        torch.rand(5)
+        assert [next(batches).tolist(), next(batches).tolist()] == delivered
+        saved = _saved(again.state_dict())
+    with guard(DataLoader(Indices(), batch_size=4, shuffle=True)) as resumed:
+        resumed.load_state_dict(saved)
+        assert [b.tolist() for b in resumed] == rest

@@ -8,10 +8,9 @@ from rich.console import Console
 
 from loaderdoctor.check import DEFAULT_BUDGET_S, DEFAULT_EPOCHS, check
 from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
-from loaderdoctor.errors import StoppedByUser
+from loaderdoctor.commands.running import measure_and_show
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
-from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.report import Report
 
 NAME = "check"
@@ -34,29 +33,22 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-verify", action="store_true", help="do not measure the prescribed settings")
 
 
-INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
-
-
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """Check, and show the report; on Ctrl-C, what was measured so far (every worker ended) and status 130."""
-    try:
-        with LiveProgress(err) as live:
-            report = check(
-                args.target,
-                budget_s=args.budget,
-                epochs=args.epochs,
-                step_ms=args.step_ms,
-                verify_fix=not args.no_verify,
-                progress=live.check_update,
-            )
-    except StoppedByUser as stop:
-        if not isinstance(stop.partial, Report) or not stop.partial.loaders:
-            raise
-        err.print("interrupted: what was measured before Ctrl-C (no fix verified for the loader interrupted)")
-        _show(stop.partial, args, out)
-        return INTERRUPTED
-    _show(report, args, out)
-    return report.exit_status
+    """Check, and show the report; on Ctrl-C, what was measured so far and status 130."""
+    return measure_and_show(
+        lambda live: check(
+            args.target,
+            budget_s=args.budget,
+            epochs=args.epochs,
+            step_ms=args.step_ms,
+            verify_fix=not args.no_verify,
+            progress=live.check_update,
+        ),
+        lambda report: _show(report, args, out),
+        err,
+        report_type=Report,
+        interrupted="interrupted: what was measured before Ctrl-C (no fix verified for the loader interrupted)",
+    )
 
 
 def _show(report: Report, args: argparse.Namespace, out: Console) -> None:

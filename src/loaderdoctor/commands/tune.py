@@ -7,11 +7,9 @@ import argparse
 from rich.console import Console
 
 from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
-from loaderdoctor.commands.check import INTERRUPTED
-from loaderdoctor.errors import StoppedByUser
+from loaderdoctor.commands.running import measure_and_show
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render import tune as tune_render
-from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.tune import tune
 from loaderdoctor.tune.result import TuneReport
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S
@@ -44,26 +42,22 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """Tune, and show the report; on Ctrl-C, the trials measured so far (every worker ended) and status 130."""
-    try:
-        with LiveProgress(err) as live:
-            report = tune(
-                args.target,
-                budget_s=args.budget,
-                memory_budget=args.memory_budget,
-                step_ms=args.step_ms,
-                quick=args.quick,
-                max_workers=args.max_workers,
-                progress=live.tune_update,
-            )
-    except StoppedByUser as stop:
-        if not isinstance(stop.partial, TuneReport) or not stop.partial.loaders:
-            raise
-        err.print("interrupted: the trials measured before Ctrl-C (nothing chosen for the loader interrupted)")
-        _show(stop.partial, args, out)
-        return INTERRUPTED
-    _show(report, args, out)
-    return report.exit_status
+    """Tune, and show the report; on Ctrl-C, the trials measured so far and status 130."""
+    return measure_and_show(
+        lambda live: tune(
+            args.target,
+            budget_s=args.budget,
+            memory_budget=args.memory_budget,
+            step_ms=args.step_ms,
+            quick=args.quick,
+            max_workers=args.max_workers,
+            progress=live.tune_update,
+        ),
+        lambda report: _show(report, args, out),
+        err,
+        report_type=TuneReport,
+        interrupted="interrupted: the trials measured before Ctrl-C (nothing chosen for the loader interrupted)",
+    )
 
 
 def _show(report: TuneReport, args: argparse.Namespace, out: Console) -> None:

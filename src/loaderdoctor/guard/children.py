@@ -74,11 +74,12 @@ def interrupt(owner: Watched) -> bool:
     return True
 
 
-def _on_sigchld(signum: int, frame: Any) -> None:
+def _on_sigchld(signum: int, frame: Any, previous: Any) -> None:
     # Runs in the main thread between two bytecodes of whatever it was doing: no locks, no logging.
+    # SIGCHLD's default action is to ignore it: only a handler that is a function has anything to do.
     try:
-        if callable(_handler.previous):
-            _handler.previous(signum, frame)
+        if callable(previous):
+            previous(signum, frame)
     except RuntimeError as error:
         owners = []
         for pid, owner in list(_owners.items()):

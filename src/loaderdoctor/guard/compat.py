@@ -3,7 +3,8 @@
 The guard (and the tap it is built on) uses a few private parts of torch.utils.data: the loader's `_iterator`,
 the multi-process iterator's `_workers` and `_shutdown_workers()`, the worker module's `_worker_info` (what
 get_worker_info() returns), `WorkerInfo`, `_generate_state()` and `_worker_loop`, the base seed each iter()
-draws, and the text of torch's worker-death error. On a torch where one of them is gone or has another shape,
+draws, the iterator's `_task_info`, and `ExceptionWrapper.reraise` (where a worker's error is raised again in
+the main process). On a torch where one of them is gone or has another shape,
 loaderdoctor.DataLoader, guard() and patch() leave loaders plain, with one LoaderDoctorWarning per process,
 instead of failing somewhere inside a guarded epoch. Tested with torch 2.13.0 (pinned) and 2.14.1.
 """
@@ -65,10 +66,20 @@ def _base_seed() -> bool:
     return {"_base_seed", "random_"} <= set(names)
 
 
-def _death_text() -> bool:
-    """torch's "DataLoader worker (pid(s) 12) exited unexpectedly", from which the guard reads the pids."""
-    consts = _dataloader()._MultiProcessingDataLoaderIter._try_get_data.__code__.co_consts
-    return any(isinstance(text, str) and "exited unexpectedly" in text for text in consts)
+def _reraise() -> bool:
+    """torch re-raises a worker's exception in ExceptionWrapper.reraise: where the guard tells the dataset's own
+    errors from failures (guard/recovery.py)."""
+    reraise = importlib.import_module("torch._utils").ExceptionWrapper.reraise
+    return (
+        inspect.isfunction(reraise)
+        and "reraise" in _dataloader()._MultiProcessingDataLoaderIter._process_data.__code__.co_names
+    )
+
+
+def _task_info() -> bool:
+    """_MultiProcessingDataLoaderIter._task_info (task -> (worker id,) while in flight): the batches a dead worker
+    had in hand."""
+    return "_task_info" in _dataloader()._MultiProcessingDataLoaderIter._reset.__code__.co_names
 
 
 _CHECKS: tuple[tuple[str, Callable[[], bool]], ...] = (
@@ -93,7 +104,8 @@ _CHECKS: tuple[tuple[str, Callable[[], bool]], ...] = (
         lambda: _takes(_dataloader()._MultiProcessingDataLoaderIter._shutdown_workers, None),
     ),
     ("_BaseDataLoaderIter's base seed drawn from loader.generator", _base_seed),
-    ("the worker-death error's text ('exited unexpectedly')", _death_text),
+    ("torch._utils.ExceptionWrapper.reraise, called by _process_data", _reraise),
+    ("_MultiProcessingDataLoaderIter._task_info", _task_info),
 )
 
 

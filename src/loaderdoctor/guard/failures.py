@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from loaderdoctor.errors import LoaderGaveUp
 from loaderdoctor.guard import children
 from loaderdoctor.guard.events import GuardEvent
-from loaderdoctor.guard.inner import Inner, Resources
+from loaderdoctor.guard.inner import HeldAtDeath, Inner, Resources
 from loaderdoctor.guard.recovery import (
     ASK_WORKERS,
     DIED,
@@ -86,7 +86,8 @@ class FailureHandling:
         )
 
     def _failure(self, inner: Inner | None, error: BaseException) -> str | None:
-        """What the guard recovers from in `error`: STALL, DIED, or None (the user's to see): see recovery.py."""
+        """What the guard recovers from in `error`: STALL, DIED; or USERS_TIMEOUT or None, the user's to see: see
+        recovery.py."""
         if inner is None:
             return None
         kind = classify(error, self._facts(inner))
@@ -133,11 +134,14 @@ class FailureHandling:
         if kind == DIED:
             cause = death_cause(error, None if inner is None else inner.died)
             dead = [] if inner is None else inner.dead_workers(0.0)
-            self._last_loading = None if inner is None else self._loading_when_died(inner, dead)
-            self._last_killer = None if inner is None else inner.loading_when_died(dead)
-            self._record(death_event(self._epoch, self._position, cause, dead, self._last_loading, self._last_killer))
-            if self._resume.skip_killer(self._last_killer, cause):
-                skipped = self._last_killer
+            held = HeldAtDeath([], None, False) if inner is None else inner.held_at_death(dead)
+            positions = [inner.start + task for task in held.tasks] if inner is not None else []
+            self._last_loading = [(p, self._resume.indices(p)) for p in positions] or None
+            self._last_killer = held.index
+            self._record(death_event(self._epoch, self._position, cause, dead, self._last_loading, held.index))
+            # Skipped only when the sample crashed its worker: a SIGKILL (the OOM killer) may fall on any sample.
+            if held.crashed and self._resume.skip_killer(held.index, cause):
+                skipped = held.index
         self._close_inner()
         rung = choose_rung(
             failed,
@@ -190,22 +194,6 @@ class FailureHandling:
         return gave_up_error(
             kind, where, tried, self.restarts, self.max_restarts, why_no_rung, stacks, error, loading, killer
         )
-
-    def _loading_when_died(self, inner: Inner, dead: list[int]) -> list[tuple[int, Any]] | None:
-        """The plan positions and indices (None over an IterableDataset) of the batches a dead worker had in hand:
-        its tasks whose batch the main process had not received (one of them killed it; torch does not say which
-        it had finished). None when unknown."""
-        torch_iterator = inner.iterator.inner if inner.iterator is not None else None
-        tasks = getattr(torch_iterator, "_task_info", None)
-        workers = getattr(torch_iterator, "_workers", None)
-        if not tasks or not workers:
-            return None
-        ids = {number for number, worker in enumerate(workers) if worker.pid in dead}
-        waiting = [task for task, info in tasks.items() if len(info) == 1 and info[0] in ids]
-        if not waiting:
-            return None
-        positions = [inner.start + task for task in sorted(waiting)]
-        return [(position, self._resume.indices(position)) for position in positions]
 
 
 def _on_stall_of(guarded: FailureHandling, inner: Inner) -> Callable[[StallNotice], None]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing.connection
 import os
 import shutil
+import signal
 import tempfile
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from loaderdoctor.guard import children
 from loaderdoctor.guard.inhand import InHand
@@ -14,11 +15,23 @@ from loaderdoctor.guard.plan import PlannedBatchSampler
 from loaderdoctor.guard.samples import SkipReports
 from loaderdoctor.guard.streams import GuardedStream
 from loaderdoctor.settings import Settings
-from loaderdoctor.tap import Tap, TapIterator, shutdown, worker_pids, worker_processes
+from loaderdoctor.tap import Tap, TapIterator, exited_workers, shutdown, worker_pids
 from loaderdoctor.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
+
+
+# Signals a process's own code raises on itself (a bad pointer, a failed assertion in native code): a sample that
+# ended a worker so is its cause. SIGKILL is not among them: the OOM killer picks whoever holds memory.
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
+
+
+@dataclass(frozen=True)
+class HeldAtDeath:
+    tasks: list[int]  # the iterator's task numbers (batches counted from its start) the dead workers held
+    index: int | None  # the dataset index one was loading, when known
+    crashed: bool  # that worker ended by a signal its own code raised: the sample is the cause
 
 
 class Inner:
@@ -51,31 +64,36 @@ class Inner:
         # Set by the SIGCHLD handler (children.py) and by interrupt(): see children.Watched.
         self.died: str | None = None
         self.interrupt_requested = False
+        self.passed_a_batch = False  # Ctrl-C ended a main-process next(): its iterator is past the batch it loaded
 
     @property
     def stalled(self) -> bool:
         """Whether the watchdog fired and ended the workers (without workers it can only report)."""
         return self.watchdog is not None and self.watchdog.fired is not None and self.settings.num_workers > 0
 
+    def torch_iterator(self) -> Any:
+        """torch's iterator now: the current epoch's, or the loader's own (a persistent one between epochs)."""
+        return self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
+
     def dead_workers(self, grace_s: float) -> list[int]:
         """The pids of this loader's workers that have exited, waiting up to grace_s for one to."""
-        torch_iterator = self.iterator.inner if self.iterator is not None else getattr(self.loader, "_iterator", None)
-        workers = worker_processes(torch_iterator)
-        if not workers:
-            return []
-        ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
-        return [w.pid for w in workers if w.sentinel in ended]
+        return exited_workers(self.torch_iterator(), grace_s)
 
-    def loading_when_died(self, dead: list[int]) -> int | None:
-        """The dataset index that a worker among `dead` (pids) was loading when it died; None when not known."""
-        torch_iterator = self.iterator.inner if self.iterator is not None else None
-        workers = worker_processes(torch_iterator)
-        if self.in_hand is None:
-            return None
-        for worker_id, worker in enumerate(workers):
-            if worker.pid in dead and (index := self.in_hand.read(worker_id)) is not None:
-                return index
-        return None
+    def held_at_death(self, dead: list[int]) -> HeldAtDeath:
+        """What the workers among `dead` (pids) had in hand: their tasks whose batch the main process had not
+        received (torch's _task_info; one of them killed it, torch does not say which it had finished), and the
+        dataset index one was loading (in_hand), with how that worker ended."""
+        torch_iterator = self.torch_iterator()
+        workers = list(getattr(torch_iterator, "_workers", []))
+        ids = {worker_id for worker_id, worker in enumerate(workers) if worker.pid in dead}
+        tasks = getattr(torch_iterator, "_task_info", None) or {}
+        held = sorted(task for task, info in tasks.items() if len(info) == 1 and info[0] in ids)
+        if self.in_hand is not None:
+            for worker_id in sorted(ids):
+                index = self.in_hand.read(worker_id)
+                if index is not None:
+                    return HeldAtDeath(held, index, -(workers[worker_id].exitcode or 0) in CRASH_SIGNALS)
+        return HeldAtDeath(held, None, False)
 
     def stop_watching(self) -> None:
         if self.watchdog is not None:

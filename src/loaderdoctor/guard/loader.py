@@ -26,7 +26,7 @@ from loaderdoctor.guard.plan import (
     start_epoch,
 )
 from loaderdoctor.guard.recovery import (
-    is_users_timeout,
+    USERS_TIMEOUT,
 )
 from loaderdoctor.guard.resume import Building, PlanResume, Resume, StreamResume
 from loaderdoctor.guard.safe import SettingChange, StartSafety, persistent_workers_change
@@ -126,6 +126,7 @@ class GuardedLoader(FailureHandling, Checkpoints):
         self._last_killer: int | None = None
         self._resources = Resources()
         weakref.finalize(self, self._resources.release)
+        weakref.finalize(self, self._interrupter.uninstall)  # a loader dropped mid-epoch: its SIGUSR2 handler too
         self._read_loader()
 
     # The DataLoader's own attributes (dataset, batch_size, sampler, ...) read through.
@@ -274,7 +275,7 @@ class GuardedLoader(FailureHandling, Checkpoints):
                 return
             except Exception as error:
                 kind = self._failure(self._inner, error)
-                if kind is None:
+                if kind in (None, USERS_TIMEOUT):
                     self._active = False
                     self._close_inner()
                     raise
@@ -292,6 +293,10 @@ class GuardedLoader(FailureHandling, Checkpoints):
                 raise StopIteration
             if inner.stalled or inner.died:
                 self._recover("stall" if inner.stalled else "worker-died", None)
+                self._open()
+                continue
+            if inner.passed_a_batch:
+                self._close_inner()  # begin again at the batch torch's iterator passed: none is lost
                 self._open()
                 continue
             interrupter = self._interrupter
@@ -322,13 +327,19 @@ class GuardedLoader(FailureHandling, Checkpoints):
                 continue
             except Exception as error:
                 kind = self._failure(inner, error)
-                if kind is None:
-                    if inner.stream is None and not is_users_timeout(error, self._facts(inner)):
+                if kind in (None, USERS_TIMEOUT):
+                    if kind is None and inner.stream is None:
                         self._position += 1  # the loader's own error (a sample that raised): that batch is spent
                     raise
                 self._recover(kind, error)
                 self._open()
                 continue
+            except BaseException:
+                # Ctrl-C (or SystemExit) inside a main-process next(): torch's iterator has passed the batch it was
+                # loading, which would be lost (workers still deliver theirs); the next next() begins again at it.
+                if not inner.settings.num_workers and inner.stream is None:
+                    inner.passed_a_batch = True
+                raise
             batch, planned = self._resume.delivered(batch, self._position)
             self._position += 1
             if inner.watchdog is not None and inner.watchdog.fired is not None and not inner.settings.num_workers:

@@ -27,7 +27,9 @@ class EpochPlan:
     `seed_state`: the state of the generator that the plain DataLoader's iter() draws its workers' base seed
     from, just before that draw (None when the plain DataLoader would draw none this epoch). `start_states`:
     the states of the plan's generators (see plan_generators) and of torch's global one right after it, when
-    the sampler had drawn nothing yet: drawing the epoch again from them gives the same batches.
+    the sampler had drawn nothing yet: drawing the epoch again from them gives the same batches. A plan made
+    with `states_of` (the loader) takes them just before its first draw, as a sampler draws lazily: the user's
+    code may draw from the global generator between iter() and the first next().
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class EpochPlan:
         seed_state: torch.Tensor | None = None,
         start_states: dict[str, torch.Tensor] | None = None,
         global_state: torch.Tensor | None = None,
+        states_of: DataLoader | None = None,
     ) -> None:
         self._source = source  # None: an IterableDataset's epoch, or an epoch known to be over
         self.length = length  # the number of batches, when the sampler has a len()
@@ -48,6 +51,15 @@ class EpochPlan:
         self._next_draw = 0  # the position of the next batch to draw from the source
         self._kept_from = 0  # no batch before this position is kept
         self._ended_at: int | None = None  # the number of batches, once the source has ended
+        self._states_of = states_of  # the loader whose generators' states are taken at the first draw
+
+    def starting_states(self) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """The plan's generators' states and the global one when the epoch's first batch was (or will be) drawn."""
+        if self._states_of is not None:
+            self.start_states = generator_states(self._states_of)
+            self.global_state = torch.default_generator.get_state()
+            self._states_of = None
+        return self.start_states, self.global_state
 
     def batch(self, position: int) -> Any:
         """The batch at `position`, drawn from the sampler if it is not yet; IndexError past the epoch's end and
@@ -56,6 +68,8 @@ class EpochPlan:
             try:
                 if self._source is None:
                     raise StopIteration
+                if self._states_of is not None:
+                    self.starting_states()
                 batch = next(self._source)
             except StopIteration:
                 self._ended_at = self._next_draw
@@ -154,15 +168,7 @@ def start_epoch(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
     if isinstance(loader.dataset, IterableDataset):
         return EpochPlan(None, length=None, seed_state=seed_state)  # the dataset decides where the epoch ends
     sampler = _index_sampler(loader)
-    start_states = {place: g.get_state() for place, g in plan_generators(loader).items()}
-    global_state = torch.default_generator.get_state()
-    return EpochPlan(
-        iter(sampler),
-        length=_length(sampler),
-        seed_state=seed_state,
-        start_states=start_states,
-        global_state=global_state,
-    )
+    return EpochPlan(iter(sampler), length=_length(sampler), seed_state=seed_state, states_of=loader)
 
 
 def replayed(
@@ -213,6 +219,11 @@ def plan_generators(loader: DataLoader) -> dict[str, torch.Generator]:
         if isinstance(generator, torch.Generator) and all(generator is not seen for seen in found.values()):
             found[place] = generator
     return found
+
+
+def generator_states(loader: DataLoader) -> dict[str, torch.Tensor]:
+    """The states of plan_generators(loader), by place."""
+    return {place: generator.get_state() for place, generator in plan_generators(loader).items()}
 
 
 class PlannedBatchSampler(Sampler):

@@ -13,6 +13,7 @@ from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.settings import Settings
 
 STALL, DIED = "stall", "worker-died"
+USERS_TIMEOUT = "users-timeout"  # torch's error for the user's own DataLoader(timeout=...): theirs, batch not spent
 ASK_WORKERS = "ask-workers"  # not known yet: a worker's death shows so too, if one ends within a short grace
 
 # Where torch re-raises, in the main process, an exception the dataset (or collate_fn) raised in a worker.
@@ -56,7 +57,7 @@ def is_users_timeout(error: BaseException, facts: FailureFacts) -> bool:
 
 def classify(error: BaseException, facts: FailureFacts) -> str | None:
     """STALL, DIED, ASK_WORKERS (an error that is not the dataset's, with workers alive: a death if one ends
-    within a short grace), or None: the user's to see (the dataset's own error, the user's timeout, another
+    within a short grace), USERS_TIMEOUT, or None: the user's to see (the dataset's own error, another
     loader's worker). Decided from what the guard saw and the workers' processes, never from message text."""
     if isinstance(error, GuardInterrupt) or facts.stalled:
         return STALL
@@ -65,7 +66,7 @@ def classify(error: BaseException, facts: FailureFacts) -> str | None:
     if facts.exited or facts.died:
         return DIED
     if is_users_timeout(error, facts):
-        return None
+        return USERS_TIMEOUT
     return ASK_WORKERS if facts.num_workers else None
 
 

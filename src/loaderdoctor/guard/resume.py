@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.inhand import InHand
 from loaderdoctor.guard.inner import Inner
-from loaderdoctor.guard.plan import EpochPlan, PlannedBatchSampler, plan_generators, replayed
+from loaderdoctor.guard.plan import EpochPlan, PlannedBatchSampler, generator_states, plan_generators, replayed
 from loaderdoctor.guard.samples import GuardedSamples, SkipReports, Tagger
 from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, checked_stream_state, dataset_length
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
@@ -99,7 +99,7 @@ def _stack_hook(building: Building) -> StackDumpHook | None:
 
 
 def _generator_states(loader: DataLoader) -> dict[str, list[int]]:
-    return {place: g.get_state().tolist() for place, g in plan_generators(loader).items()}
+    return {place: state.tolist() for place, state in generator_states(loader).items()}
 
 
 def _set_generators(loader: DataLoader, states: dict[str, torch.Tensor]) -> None:
@@ -144,7 +144,7 @@ class PlanResume:
         reports = SkipReports(building.stack_dir()) if self.skip else None
         in_hand = InHand(building.stack_dir(), settings.num_workers) if settings.num_workers else None
         dataset = GuardedSamples(spec.dataset, None if reports is None else reports.path, in_hand, self.killers)
-        hook = UsersDatasetHook(_stack_hook(building), dataset.inner)
+        hook = UsersDatasetHook(_stack_hook(building), dataset.inner, in_hand)
         loader = spec.build(settings, dataset=dataset, worker_hook=hook)
         return Inner(loader, sampler, settings, _tap(loader, settings, building.waits), reports, in_hand=in_hand)
 
@@ -168,10 +168,10 @@ class PlanResume:
 
     def state(self, standing: Standing, num_workers: int) -> dict[str, Any]:
         mid = standing.mid_epoch
-        generators = (
-            self.plan.start_states if mid else {p: g.get_state() for p, g in plan_generators(self.loader).items()}
-        )
-        global_state = self.plan.global_state if mid else None
+        if mid:
+            generators, global_state = self.plan.starting_states()
+        else:
+            generators, global_state = generator_states(self.loader), None
         return {
             "version": STATE_VERSION,
             "dataset_length": dataset_length(self.loader),
@@ -191,7 +191,7 @@ class PlanResume:
         checked = checked_state(state, self.loader)
         epoch, position, started = checked["epoch"], checked["position"], checked["epoch_started"]
         if started:
-            before = {place: g.get_state() for place, g in plan_generators(self.loader).items()}
+            before = generator_states(self.loader)
             try:
                 plan = replayed(
                     self.loader, checked["generators"], checked["global_generator"], position, checked["seed_state"]

@@ -153,14 +153,19 @@ class GuardedSamples(IndexedDataset):
         self.in_hand = in_hand
         self.killers = dict(killers or {})
 
+    def _killed_by(self, index: Any) -> str | None:
+        """The death `index` caused before, if it is one of the killers."""
+        if not self.killers:
+            return None
+        try:
+            return self.killers.get(operator.index(index))
+        except TypeError:  # no integer: none of them
+            return None
+
     def _load(self, index: Any) -> Any:
-        if self.killers:
-            try:
-                death = self.killers.get(index)
-            except TypeError:  # an index that cannot be hashed is no integer: none of them
-                death = None
-            if death is not None:
-                raise KilledItsWorker(f"loading it killed a worker process before ({death})")
+        death = self._killed_by(index)
+        if death is not None:
+            raise KilledItsWorker(f"loading it killed a worker process before ({death})")
         in_hand = self.in_hand
         if in_hand is None:
             return self.inner[index]
@@ -195,8 +200,9 @@ class GuardedSamples(IndexedDataset):
                 return super().__getitems__(indices)
             except SampleFailure as failure:
                 raise in_original_type(failure) from failure.__cause__
-        if hasattr(self.inner, "__getitems__"):
-            # The dataset loads whole batches: let it, unless a sample fails; then one by one below.
+        if hasattr(self.inner, "__getitems__") and not any(self._killed_by(index) for index in indices):
+            # The dataset loads whole batches: let it, unless a sample fails (or killed a worker before); then
+            # one by one below.
             try:
                 return self.inner.__getitems__(indices)
             except Exception:

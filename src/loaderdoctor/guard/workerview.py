@@ -24,14 +24,18 @@ def show_dataset(dataset: Any) -> None:
 
 
 class UsersDatasetHook:
-    """Runs first in each worker (worker_hook of LoaderSpec.build): the guard's own hook, then the user's dataset
-    shown in get_worker_info(). Pickled with the wrapper, so `dataset` is the worker's copy of the user's."""
+    """Runs first in each worker (worker_hook of LoaderSpec.build): the guard's own hook, the worker's slot of
+    `in_hand` mapped (guard/inhand.py), then the user's dataset shown in get_worker_info(). Pickled with the
+    wrapper, so `dataset` and `in_hand` are the worker's copies of the ones the wrapper holds."""
 
-    def __init__(self, hook: Callable[[int], None] | None, dataset: Any) -> None:
+    def __init__(self, hook: Callable[[int], None] | None, dataset: Any, in_hand: Any = None) -> None:
         self.hook = hook
         self.dataset = dataset
+        self.in_hand = in_hand
 
     def __call__(self, worker_id: int) -> None:
         if self.hook is not None:
             self.hook(worker_id)
+        if self.in_hand is not None:
+            self.in_hand.attach(worker_id)
         show_dataset(self.dataset)
