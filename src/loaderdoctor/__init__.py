@@ -5,6 +5,8 @@ from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGa
 from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.report import Finding, Report, Verification
+from loaderdoctor.scale.report import ScaleReport
+from loaderdoctor.scale.run import scale
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune import TuneReport, tune
 from loaderdoctor.workload import Workload
@@ -18,6 +20,7 @@ __all__ = [
     "LoaderDoctorWarning",
     "LoaderGaveUp",
     "Report",
+    "ScaleReport",
     "Settings",
     "TuneReport",
     "UsageError",
@@ -28,6 +31,7 @@ __all__ = [
     "is_patched",
     "patch",
     "patched",
+    "scale",
     "tune",
     "unpatch",
 ]

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor.errors import LoaderDoctorError
+from loaderdoctor.errors import LoaderDoctorError, StopMeasuring
 from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
 from loaderdoctor.indexed import parse_sample_failures
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
@@ -175,6 +175,9 @@ class EpochLoop:
         step_started = self.clock()
         try:
             self.step(batch)  # type: ignore[misc]
+        except StopMeasuring:
+            self._record_step(step_started)
+            raise  # the step ends the window here (see ProbeSession.run)
         except Exception as error:
             if is_worker_death(error, self.tap.torch_iterator()):
                 raise  # a worker died while the step ran: not the step's fault
@@ -182,8 +185,12 @@ class EpochLoop:
                 f"the training step raised {describe_exception(error)}",
                 hint="the step given with Workload(step=...) must accept one batch as the loader yields it",
             ) from error
+        self._record_step(step_started)
+
+    def _record_step(self, step_started: float) -> None:
         self.rec.batches[-1].step_s = self.clock() - step_started
         self.step_times.append(self.rec.batches[-1].step_s)
+        self.last_step_end = self.clock()
 
     def _record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:
         for index, error_type, message in parse_sample_failures(error):

@@ -38,5 +38,10 @@ class StoppedByUser(KeyboardInterrupt):
         self.partial = partial
 
 
+class StopMeasuring(Exception):
+    """Raised by a training step to end the probe's measuring window after this batch: the ranks of `scale`
+    agree at each step on when all of them stop, so that every rank runs the same number of steps."""
+
+
 class LoaderDoctorWarning(UserWarning):
     """Warnings that loaderdoctor itself issues."""

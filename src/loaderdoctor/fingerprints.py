@@ -1,9 +1,11 @@
-"""Fingerprints of the samples in a batch, to tell when workers deliver the same samples again; and the
-tally of one epoch's fingerprints."""
+"""Fingerprints of the samples in a batch, to tell when workers (or the ranks of a distributed run) deliver
+the same samples again; and the tally of one epoch's fingerprints. A fingerprint is the same in every process
+(a digest, not Python's per-process salted hash of bytes and text)."""
 
 from __future__ import annotations
 
 import collections
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,10 +34,14 @@ def _rows(leaf: Any, count: int) -> list[int] | None:
         flat = leaf.detach().reshape(count, -1)
         stride = max(1, flat.shape[1] // _ELEMENTS_PER_SAMPLE)
         picked = flat[:, ::stride].contiguous().cpu().numpy()
-        return [hash(row.tobytes()) for row in picked]
+        return [_digest(row.tobytes()) for row in picked]
     if isinstance(leaf, (list, tuple)) and len(leaf) == count:
-        return [hash(repr(value)) for value in leaf]
+        return [_digest(repr(value).encode()) for value in leaf]
     return None
+
+
+def _digest(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 def sample_fingerprints(batch: Any, count: int) -> list[int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.epochloop import EpochLoop, close_iterator
-from loaderdoctor.errors import StoppedByUser, UsageError
+from loaderdoctor.errors import StopMeasuring, StoppedByUser, UsageError
 from loaderdoctor.fingerprints import EpochTally
 from loaderdoctor.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.host import OtherLoad, host_facts
@@ -31,6 +32,7 @@ from loaderdoctor.recording import (
     first_startup_s,
 )
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
+from loaderdoctor.sitesampler import read_worker_activity
 from loaderdoctor.stalls import Ended, respond_to_stall
 from loaderdoctor.tap import (
     BatchDelivered,
@@ -40,7 +42,8 @@ from loaderdoctor.tap import (
     TapIterator,
 )
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
-from loaderdoctor.workers import StackDumpHook, WorkerSampler, thread_idle
+from loaderdoctor.workerhook import THREADS_PER_WORKER, ProbeWorkerHook
+from loaderdoctor.workers import WorkerSampler, thread_idle
 from loaderdoctor.workload import Step, sleep_step
 
 log = logging.getLogger("loaderdoctor")
@@ -69,7 +72,8 @@ class ProbeSession(EpochLoop):
     batch (the start-up, measured apart), run() measures steady windows of running, epochs rolling over as in
     a training loop, and close() ends every worker and returns the Recording. Between windows the loader
     waits (workers idle with their batches prefetched), so that two sessions can take turns, each window of
-    one beside a window of the other."""
+    one beside a window of the other. With `lock_free`, the workers' file-lock calls on files opened read-only
+    are no-ops (see filelocks.py): the loader measured as it would run without those locks."""
 
     def __init__(
         self,
@@ -80,6 +84,7 @@ class ProbeSession(EpochLoop):
         policy: StallPolicy,
         progress: Callable[[ProbeProgress], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        lock_free: bool = False,
     ) -> None:
         self.spec = spec
         self.settings = settings
@@ -109,14 +114,14 @@ class ProbeSession(EpochLoop):
             loader = spec.build(
                 settings,
                 dataset=None if spec.is_iterable else IndexedDataset(spec.dataset),
-                worker_hook=StackDumpHook(self.dump_dir) if settings.num_workers else None,
+                worker_hook=ProbeWorkerHook(self.dump_dir, lock_free=lock_free) if settings.num_workers else None,
             )
         except Exception:
             shutil.rmtree(self.dump_dir, ignore_errors=True)
             raise
         self.started = clock()
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
-        self.sampler = WorkerSampler(self.current_pids, clock=clock, t0=self.started)
+        self.sampler = WorkerSampler(self.current_pids, clock=clock, t0=self.started, own_threads=THREADS_PER_WORKER)
         self.watchdog = Watchdog(self.tap, policy, self.on_stall, workers_idle=self.sampler.cpu_idle)
         self.other_load = OtherLoad()
         self.iterator: TapIterator | None = None  # the open epoch's
@@ -210,7 +215,8 @@ class ProbeSession(EpochLoop):
         with self.interrupter, quiet_worker_count_advice():
             if not self._open_epoch():
                 return False
-            self._roll(until=0.0, min_batches=1, epochs=None, share_epochs=False, steady=False)
+            with contextlib.suppress(StopMeasuring):  # the step may end the measuring at once
+                self._roll(until=0.0, min_batches=1, epochs=None, share_epochs=False, steady=False)
         return self.ran and bool(self.rec.batches)
 
     def run(
@@ -250,14 +256,15 @@ class ProbeSession(EpochLoop):
                     )
                 measured_from = self.clock()
                 self.sampler.sample_once()  # the window's CPU figures start exactly here
-                self._roll(
-                    until=measured_from + seconds,
-                    min_batches=min_batches,
-                    give_up=measured_from + seconds + 2 * self._epoch_start_s() + 1.0,
-                    epochs=epochs,
-                    share_epochs=share_epochs,
-                    steady=True,
-                )
+                with contextlib.suppress(StopMeasuring):  # the step ended the window (ranks stop together)
+                    self._roll(
+                        until=measured_from + seconds,
+                        min_batches=min_batches,
+                        give_up=measured_from + seconds + 2 * self._epoch_start_s() + 1.0,
+                        epochs=epochs,
+                        share_epochs=share_epochs,
+                        steady=True,
+                    )
         finally:
             self.sampler.pause()
             self.other_load.observe()
@@ -322,6 +329,7 @@ class ProbeSession(EpochLoop):
             self.closed = True
             self.watchdog.stop()
             self.sampler.stop()
+            self.rec.worker_activity = read_worker_activity(self.dump_dir)  # the workers wrote it as they ended
             shutil.rmtree(self.dump_dir, ignore_errors=True)
         rec = self.rec
         rec.budget_s = self.budget_s

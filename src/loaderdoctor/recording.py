@@ -7,6 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.activity import WorkerActivity
+from loaderdoctor.plaindata import dataclass_from_dict
 from loaderdoctor.settings import Settings
 
 
@@ -205,6 +207,9 @@ class Recording:
     batches: list[BatchRecord] = field(default_factory=list)
     worker_samples: list[WorkerSample] = field(default_factory=list)
     host_samples: list[HostSample] = field(default_factory=list)
+    # Where the workers' main threads spent their time, by line, and their file-lock calls, sampled from inside
+    # each worker process (see sitesampler.py); None without worker processes.
+    worker_activity: WorkerActivity | None = None
     windows: list[Window] = field(default_factory=list)
     other_processes: list[OtherProcess] = field(default_factory=list)
     sample_errors: list[SampleError] = field(default_factory=list)
@@ -221,6 +226,11 @@ class Recording:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recording:
+        """The Recording whose to_dict() is `data` (as a rank sends it to the launcher, through JSON)."""
+        return dataclass_from_dict(cls, data)
 
 
 def in_window(rec: Recording, batch: BatchRecord, window: Window | None) -> bool:

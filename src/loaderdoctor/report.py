@@ -141,7 +141,9 @@ class Verification:
     verdict: str
     note: str
     after_recording: Recording | None = None
-    source: str = "rules"  # "rules": the findings' combined fix; "tune": the tuner's quick search found it
+    # "rules": the findings' combined fix; "tune": the tuner's quick search found it; "lock-free": the same
+    # settings with the workers' lock calls on read-only files made no-ops (a contended lock's cost measured)
+    source: str = "rules"
     spread: tuple[float, float] | None = None  # the lowest and highest speedup of a pair of windows
     pairs: int = 0  # pairs of windows measured, one of each settings, that the speedup rests on
     busy_pairs: int = 0  # pairs measured while other processes took cores, left out (see verify.py)

@@ -60,14 +60,30 @@ def resolve(target: str) -> ResolvedTarget:
         name = target.removeprefix("scenario:")
         return _from_workload(target, scenarios.get(name).build(), f"scenario {name!r}")
     module_part, fn_name = split_target(target)
+    fn = _target_function(module_part, fn_name)
+    source = f"{fn_name}() in {module_part}"
+    return _from_returned(target, _call(fn, source), source)
+
+
+def _target_function(module_part: str, fn_name: str) -> Any:
+    """The function a TARGET names, imported and checked to be callable without arguments, not called."""
     if is_path(module_part):
         module, label = import_file(module_part), module_part
     else:
-        module = import_module(module_part)
-        label = f"module {module_part!r}"
-    fn = _callable_without_arguments(find_function(module, label, fn_name), label, module_part, fn_name)
-    source = f"{fn_name}() in {module_part}"
-    return _from_returned(target, _call(fn, source), source)
+        module, label = import_module(module_part), f"module {module_part!r}"
+    return _callable_without_arguments(find_function(module, label, fn_name), label, module_part, fn_name)
+
+
+def check_target(target: str) -> None:
+    """A UsageError unless `target` names a scenario or a function callable without arguments; the function is
+    imported, not called (scale's ranks call it, each in its own process)."""
+    target = target.strip()
+    if target == "demo":
+        return
+    if target.startswith("scenario:"):
+        scenarios.get(target.removeprefix("scenario:"))
+        return
+    _target_function(*split_target(target))
 
 
 # --- calling the function and reading what it returned -------------------------------------------------------

@@ -32,7 +32,8 @@ def machine_busy_cpu_s() -> float:
 
 class WorkerSampler:
     """A background thread that samples, every interval while active, each worker's USS/RSS, CPU time and
-    thread count, and the machine's and the training process's CPU (to tell other processes' load apart)."""
+    thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the machine's
+    and the training process's CPU (to tell other processes' load apart)."""
 
     def __init__(
         self,
@@ -41,8 +42,10 @@ class WorkerSampler:
         interval_s: float = 0.25,
         clock: Callable[[], float] = time.perf_counter,
         t0: float | None = None,
+        own_threads: int = 0,
     ) -> None:
         self._pids = pids
+        self._own_threads = own_threads
         self._interval_s = interval_s
         self._clock = clock
         self._t0 = clock() if t0 is None else t0
@@ -92,7 +95,7 @@ class WorkerSampler:
                 with proc.oneshot():
                     memory = proc.memory_full_info()
                     cpu = proc.cpu_times()
-                    threads = proc.num_threads()
+                    threads = max(1, proc.num_threads() - self._own_threads)
             except (psutil.Error, OSError):
                 continue  # a worker that ended between listing and sampling
             taken.append(WorkerSample(t_s, pid, memory.uss, memory.rss, cpu.user + cpu.system, threads))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from loaderdoctor.activity import LockCalls, WorkerActivity, WorkerSite
 from loaderdoctor.recording import (
     AliveThread,
     BatchRecord,
@@ -183,4 +184,35 @@ def make_recording(
         worker_samples=worker_samples,
         wall_s=wall_s,
         **fields,
+    )
+
+
+POSES = "/data/pipeline/poses.py"  # a dataset's file outside the current directory: shown as it is
+
+
+def make_activity(
+    *,
+    lock: str = "fcntl.flock",
+    lock_wall_s: float = 7.3,
+    lock_cpu_s: float = 0.1,
+    lock_samples: int = 730,
+    sampled_s: float = 10.5,
+    idle_s: float = 0.5,
+    lock_calls: LockCalls | None = None,
+    lock_free: bool = False,
+) -> WorkerActivity:
+    """4 workers sampled 10.5 s in all, 0.5 s of it idle for work: 7.3 s at a lock line (0.1 s of CPU), the
+    rest reading (sleeping) at the next line; by default 680 exclusive lock calls on read-only files."""
+    return WorkerActivity(
+        workers=4,
+        sampled_s=sampled_s,
+        idle_s=idle_s,
+        cpu_s=0.2,
+        samples=int(sampled_s * 100),
+        sites=[
+            WorkerSite(POSES, 57, "__getitem__", lock, lock_wall_s, lock_cpu_s, lock_samples, workers=4),
+            WorkerSite(POSES, 60, "__getitem__", None, 2.5, 0.05, 250, workers=4),
+        ],
+        lock_calls=lock_calls if lock_calls is not None else LockCalls(read_only_exclusive=680),
+        lock_free=lock_free,
     )

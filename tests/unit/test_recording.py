@@ -3,13 +3,18 @@ and that it is JSON-ready."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
-from recordings import MIB, make_recording
+from recordings import MIB, make_host, make_iterators, make_recording
 
+from loaderdoctor.plaindata import dataclass_from_dict
 from loaderdoctor.recording import (
+    AliveThread,
     BatchRecord,
+    HostSample,
+    OtherProcess,
     Recording,
     SampleError,
     StackFrame,
@@ -274,6 +279,90 @@ def test_a_full_recording_is_json_ready():
     assert len(data["batches"]) == len(rec.batches) == 40
     assert data["outcome"] == "stalled"
     assert json.loads(json.dumps(measurements(rec), allow_nan=False))["outcome"] == "stalled"
+
+
+def _recording_with_every_nested_kind() -> Recording:
+    frame = StackFrame("/tmp/user.py", 12, "__getitem__")
+    library_frame = StackFrame("/usr/lib/python3.11/threading.py", 320, "wait")
+    threads = [AliveThread("tqdm_monitor", "tqdm/_monitor.py:60 in run", "tqdm"), AliveThread("loader", "")]
+    rec = make_recording(
+        settings=Settings(num_workers=2, prefetch_factor=4, persistent_workers=True, start_method="forkserver"),
+        iterators=make_iterators(2, "forkserver", native_threads=3),
+        windows=[Window(0.5, 1.5), Window(1.5, 2.25)],
+        host_samples=[HostSample(0.0, 1000.0, 1.5), HostSample(0.25, 1000.5, 1.75)],
+        other_processes=[OtherProcess(4321, "python other.py", 0.75)],
+        sample_errors=[SampleError(0, 3, 12, "ValueError", "bad"), SampleError(1, 5, None, "KeyError", "'x'")],
+        stall=Stall(
+            epoch=1,
+            batch=4,
+            waited_s=12.5,
+            threshold_s=10.0,
+            reason="no batch",
+            stacks=[
+                WorkerStack(pid=1234, frames=[frame, library_frame], stuck_frame=frame),
+                WorkerStack(pid=1235, frames=[library_frame], stuck_frame=None),
+            ],
+            workers_cpu_idle=True,
+        ),
+        worker_deaths=[WorkerDeath(1, 5, "DataLoader worker (pid 1234) exited unexpectedly")],
+        outcome="stalled",
+        error="stalled at batch 4",
+        pickled_dataset_bytes=4096,
+        dataset="Pairs",
+        dataset_len=160,
+    )
+    rec.iterators[0] = dataclasses.replace(rec.iterators[0], threads=threads, cuda_initialized=True)
+    rec.epochs[1].samples_fingerprinted, rec.epochs[1].distinct_samples = 80, 40
+    rec.host.stray_workers.append(StrayProcess(pid=99, cmdline="python -c ...", cpu_percent=12.0, age_s=300.0))
+    return rec
+
+
+def test_a_recording_loads_back_from_its_json():
+    rec = _recording_with_every_nested_kind()
+    loaded = Recording.from_dict(json.loads(json.dumps(rec.to_dict(), allow_nan=False)))
+    assert loaded == rec
+    assert isinstance(loaded.settings, Settings)
+    assert isinstance(loaded.stall, Stall) and loaded.stall.stacks[0].stuck_frame == StackFrame(
+        "/tmp/user.py", 12, "__getitem__"
+    )
+    assert loaded.stall.stacks[1].stuck_frame is None
+    assert (
+        loaded.iterators[0].threads[0].describe() == "tqdm_monitor, a thread of tqdm running tqdm/_monitor.py:60 in run"
+    )
+    assert measurements(loaded) == measurements(rec)
+
+
+def test_a_recording_without_a_stall_or_optional_facts_loads_back():
+    rec = make_recording(step_s=None, host=make_host(shm_free_bytes=None, cgroup_cpu_quota=None))
+    assert Recording.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    name: str
+    frames: list[StackFrame]
+
+
+@dataclasses.dataclass
+class _LaterFields:
+    """Kinds of fields a Recording may gain later: each loads back with no change to from_dict."""
+
+    parts: tuple[_Part, ...]
+    by_rank: dict[str, Window]
+    best: _Part | None
+    pair: tuple[int, Settings]
+    note: str = "default"
+
+
+def test_fields_added_later_load_back_by_their_type_hints():
+    frame = StackFrame("/tmp/user.py", 3, "load")
+    value = _LaterFields(
+        parts=(_Part("a", [frame]),), by_rank={"0": Window(0.0, 1.0)}, best=_Part("b", []), pair=(2, Settings())
+    )
+    data = json.loads(json.dumps(dataclasses.asdict(value)))
+    assert dataclass_from_dict(_LaterFields, data) == value
+    del data["note"]  # a field the sender did not know yet takes its default
+    assert dataclass_from_dict(_LaterFields, data).note == "default"
 
 
 def test_stack_frame_text():

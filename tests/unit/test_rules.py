@@ -460,6 +460,7 @@ def test_cpu_oversubscription_by_thread_pools_limits_worker_threads():
     assert finding.evidence == {
         "num_workers": 2,
         "threads_per_worker": 8,
+        "local_ranks": 1,
         "usable_cores": 2.0,
         "affinity_cores": 2,
         "cgroup_cpu_quota": None,
@@ -493,6 +494,19 @@ def test_four_cpu_bound_workers_on_two_cores_compete():
     assert finding.settings_change == {"num_workers": 2}
     assert finding.evidence["cores_busy_share"] == 1.0
     assert "use 2 workers, one per usable core" in finding.fix
+
+
+def test_the_workers_of_every_local_rank_count_against_the_cores():
+    # 2 workers would fit 2 cores; 2 DDP ranks on the machine start 2 each, and the cores are saturated.
+    settings = Settings(num_workers=2, persistent_workers=True)
+    alone = make_recording(settings=settings, threads_per_worker=3, cpu_share=1.0)
+    assert cpu_oversubscription(alone) is None
+    ranks = make_recording(settings=settings, threads_per_worker=3, cpu_share=1.0, host=make_host(local_ranks=2))
+    finding = cpu_oversubscription(ranks)
+    assert finding.title == "2 ranks × 2 workers compete for 2 usable cores"
+    assert finding.settings_change == {"num_workers": 1}
+    assert finding.evidence["local_ranks"] == 2
+    assert "per rank: the 2 ranks here share the cores" in finding.fix
 
 
 def test_cpu_oversubscription_by_too_many_workers_is_critical_when_the_step_starves():

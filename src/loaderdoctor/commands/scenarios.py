@@ -23,6 +23,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     table.add_column("what it is")
     table.add_column("planted cause", no_wrap=True)
     for scenario in scenarios.all_scenarios():
-        table.add_row(f"scenario:{scenario.name}", scenario.summary, scenario.planted_cause or "none")
+        cause = scenario.planted_cause or "none"
+        if scenario.found_by != "check":
+            cause += f" ({scenario.found_by})"
+        table.add_row(f"scenario:{scenario.name}", scenario.summary, cause)
     out.print(table)
     return 0

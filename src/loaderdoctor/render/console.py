@@ -36,7 +36,7 @@ def _loader(lr: LoaderReport) -> Group:
     if not lr.findings:
         parts.append(Text("  No problems found.", style="green"))
     for finding in lr.findings:
-        parts.append(_finding(finding))
+        parts.append(finding_view(finding))
     if lr.verification is not None:
         parts.append(_verification(rec.settings, lr.verification))
     return Group(*parts)
@@ -79,7 +79,7 @@ def _measured(rec: Recording) -> Table:
     return table
 
 
-def _finding(finding: Finding) -> Group:
+def finding_view(finding: Finding) -> Group:
     style = _STYLE[finding.severity]
     head = Text.assemble(
         (f"{_MARK[finding.severity]} {finding.severity:<8} ", style),
@@ -140,6 +140,10 @@ def _busy_host(cores: float | None, usable: float, others: list[Any]) -> str | N
 def _verification(before_settings: Settings, v: Verification) -> Group:
     change = _changed(before_settings, v.settings)
     head, style = _VERDICT_HEAD[v.verdict]
+    lock_free = v.source == "lock-free"  # the same settings, measured without the lock: a cause proved
+    if lock_free:
+        change = "the same settings, lock calls on read-only files made no-ops in the workers"
+        head = "✔ verified cause  " if v.helped else head
     colour = "green" if v.helped else "yellow"
     lines: list[Any] = [Text.assemble(("\n" + head, style), change)]
     if v.verdict == "rescued":
@@ -163,7 +167,7 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     busy = _busy_host(v.other_cores, usable, v.other_processes)
     if busy:
         lines.append(Padding(Text(busy.replace("this was", "these were"), style="dim"), (0, 0, 0, 4)))
-    if v.helped:
+    if v.helped and not lock_free:
         lines.append(Padding(code_block(v.settings.snippet()), (0, 0, 0, 4)))
     return Group(*lines)
 

@@ -49,6 +49,11 @@ class LiveProgress:
         """tune's progress: which loader, the settings of the trial under way, how far."""
         self._show(f"tuning '{name}': {settings}: {p.batches} batches, {p.elapsed_s:.1f} of ~{p.budget_s:.1f} s")
 
+    def scale_update(self, what: str) -> None:
+        """scale's progress: the launch under way ("measuring under 2 ranks")."""
+        self._last = 0.0  # a launch starts seldom: always shown
+        self._show(what)
+
     def _show(self, description: str) -> None:
         now = time.monotonic()
         if not self._shown or now - self._last < _REFRESH_S:

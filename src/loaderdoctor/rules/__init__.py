@@ -8,6 +8,7 @@ from loaderdoctor.recording import Recording
 from loaderdoctor.report import SEVERITIES, Finding
 from loaderdoctor.rules.data import duplicate_samples, sample_errors
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
+from loaderdoctor.rules.locks import lock_contention
 from loaderdoctor.rules.memory import memory_growth, pin_memory
 from loaderdoctor.rules.safety import fork_unsafe, stall
 from loaderdoctor.rules.throughput import input_bound, slow_start, worker_respawn
@@ -27,6 +28,7 @@ RULES: tuple[Rule, ...] = (
     fd_limit,
     stray_workers,
     pin_memory,
+    lock_contention,
     input_bound,
 )
 

@@ -65,7 +65,8 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
     cores = rec.host.usable_cores
     threads = threads_per_worker(rec)
     pooled = threads is not None and threads >= POOLED_THREADS_PER_WORKER
-    compute_threads = workers * (threads if pooled and threads is not None else 1)
+    ranks = rec.host.local_ranks  # every rank of a DDP job on this machine starts as many workers
+    compute_threads = workers * (threads if pooled and threads is not None else 1) * ranks
     cpu = loading_cpu(rec)
     saturated = cpu is not None and cpu.machine_share >= SATURATED_SHARE
     # Pools far beyond the cores compete even where the measurement could not tell how busy the cores were.
@@ -81,16 +82,18 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
             "limit each worker to one thread in worker_init_fn (torch.set_num_threads(1), "
             "cv2.setNumThreads(0)): libraries start a thread pool per core in every worker"
         )
-    if workers > cores:
-        change["num_workers"] = max(1, int(cores))
+    if workers * ranks > cores:
+        change["num_workers"] = max(1, int(cores / ranks))
+        per_core = "one per usable core" if ranks == 1 else f"per rank: the {ranks} ranks here share the cores"
         advice.append(
-            f"use {plural(change['num_workers'], 'worker')}, one per usable core: CPU-bound workers beyond the "
+            f"use {plural(change['num_workers'], 'worker')}, {per_core}: CPU-bound workers beyond the "
             "cores only take turns on them"
         )
+    of_ranks = f"{ranks} ranks × " if ranks > 1 else ""
     title = (
-        f"{plural(workers, 'worker')} × {threads} threads compete for {cores:g} usable cores"
+        f"{of_ranks}{plural(workers, 'worker')} × {threads} threads compete for {cores:g} usable cores"
         if pooled
-        else f"{plural(workers, 'worker')} compete for {cores:g} usable cores"
+        else f"{of_ranks}{plural(workers, 'worker')} compete for {cores:g} usable cores"
     )
     busy = "" if cpu is None else f", which were {percent(min(cpu.machine_share, 1.0))} busy"
     return Finding(
@@ -100,6 +103,7 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
         evidence={
             "num_workers": workers,
             "threads_per_worker": threads,
+            "local_ranks": ranks,
             "usable_cores": cores,
             "affinity_cores": rec.host.affinity_cores,
             "cgroup_cpu_quota": rec.host.cgroup_cpu_quota,

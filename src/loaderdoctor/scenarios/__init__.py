@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from loaderdoctor.errors import UsageError
 from loaderdoctor.workload import Workload
 
-# name -> the rule id its planted cause should produce as the main diagnosis (None: no warning at all)
+# name -> the rule id its planted cause should produce as the main diagnosis (None: no warning at all), found
+# by `check` unless the scenario's module says FOUND_BY = "scale" (a cause only ranks together show)
 PLANTED_CAUSES: dict[str, str | None] = {
     "demo": "input-bound",
     "healthy": None,
@@ -20,6 +21,8 @@ PLANTED_CAUSES: dict[str, str | None] = {
     "oversubscribed": "cpu-oversubscription",
     "bad-samples": "sample-errors",
     "slow-start": "slow-start",
+    "lock-contention": "lock-contention",
+    "no-distributed-sampler": "distributed-sampler",
 }
 
 
@@ -29,6 +32,7 @@ class Scenario:
     summary: str
     planted_cause: str | None
     build: Callable[[], Workload]
+    found_by: str = "check"  # the command whose report names the planted cause: "check" or "scale"
 
 
 def _module_name(name: str) -> str:
@@ -40,7 +44,7 @@ def get(name: str) -> Scenario:
     if name not in PLANTED_CAUSES:
         raise UsageError(f"no built-in scenario named {name!r}", hint=f"choose one of: {', '.join(names())}")
     module = importlib.import_module(_module_name(name))
-    return Scenario(name, module.SUMMARY, PLANTED_CAUSES[name], module.build)
+    return Scenario(name, module.SUMMARY, PLANTED_CAUSES[name], module.build, getattr(module, "FOUND_BY", "check"))
 
 
 def names() -> list[str]:

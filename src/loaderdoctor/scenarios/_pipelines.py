@@ -1,10 +1,12 @@
-"""Pieces the built-in scenarios share: seeded in-memory images and the usual crop, flip and normalise."""
+"""Pieces the built-in scenarios share: seeded in-memory images, the usual crop, flip and normalise, and the
+sampler a DDP job gives each rank."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+import torch.distributed as dist
+from torch.utils.data import Dataset, DistributedSampler
 
 # ImageNet's per-channel mean and standard deviation, on the 0-255 scale of uint8 pixels.
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32) * 255
@@ -35,6 +37,14 @@ def crop_flip_normalise(image: np.ndarray, rng: np.random.Generator, crop: int) 
 def to_chw_tensor(image: np.ndarray) -> torch.Tensor:
     """An HxWxC array as the contiguous CxHxW tensor a model takes."""
     return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))
+
+
+def rank_sampler(dataset: Dataset, *, shuffle: bool = False) -> DistributedSampler | None:
+    """The sampler a DDP job gives each rank's loader: a DistributedSampler when torch.distributed's process
+    group is up (as in the ranks of `loaderdoctor scale`), else None (the loader's own)."""
+    if dist.is_available() and dist.is_initialized():
+        return DistributedSampler(dataset, shuffle=shuffle)
+    return None
 
 
 class ImageDataset(Dataset):

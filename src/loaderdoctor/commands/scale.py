@@ -1,0 +1,79 @@
+"""`loaderdoctor scale`: the loaders of a target under 1, 2, 4... DDP ranks (torch.distributed's elastic launcher),
+the scaling efficiency, the causes across ranks, and the DDP plan."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
+from loaderdoctor.commands.running import measure_and_show
+from loaderdoctor.render import json as json_render
+from loaderdoctor.render import scale as scale_render
+from loaderdoctor.scale.report import SCHEMA, ScaleReport
+from loaderdoctor.scale.run import DEFAULT_BUDGET_S, DEFAULT_RANKS, scale
+
+NAME = "scale"
+
+
+def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(NAME, help="measure the loaders under DDP ranks: scaling, locks, samplers")
+    add_target_args(parser, "scale")
+    parser.add_argument(
+        "--ranks",
+        type=_rank_list,
+        default=list(DEFAULT_RANKS),
+        metavar="1,2,4",
+        help="rank counts to measure, per node (default 1,2,4)",
+    )
+    add_step_arg(parser, ", then a collective across the ranks as DDP's gradient all-reduce")
+    add_budget_arg(parser, DEFAULT_BUDGET_S, "measuring per rank count (each launch's start on top)")
+    add_json_arg(parser, SCHEMA)
+    nodes = parser.add_argument_group("across machines (run the same command on every node)")
+    nodes.add_argument("--nnodes", type=count("nodes", minimum=1), default=1, metavar="N", help="nodes in the job")
+    nodes.add_argument(
+        "--node-rank", type=count("as a node rank", minimum=0), default=0, metavar="K", help="this node's rank, 0..N-1"
+    )
+    nodes.add_argument(
+        "--rdzv-endpoint",
+        default=None,
+        metavar="HOST:PORT",
+        help="node 0's address; the i-th rank count meets at PORT+i",
+    )
+
+
+def _rank_list(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be rank counts separated by commas, e.g. 1,2,4, not {text!r}") from None
+    if not counts or any(n < 1 for n in counts):
+        raise argparse.ArgumentTypeError(f"must be rank counts of 1 or more, e.g. 1,2,4, not {text!r}")
+    return counts
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    return measure_and_show(
+        lambda live: scale(
+            args.target,
+            ranks=args.ranks,
+            step_ms=args.step_ms,
+            budget_s=args.budget,
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            rdzv_endpoint=args.rdzv_endpoint,
+            progress=live.scale_update,
+        ),
+        lambda report: _show(report, args, out),
+        err,
+        report_type=ScaleReport,
+        interrupted="interrupted: every rank was ended",
+    )
+
+
+def _show(report: ScaleReport, args: argparse.Namespace, out: Console) -> None:
+    if args.json:
+        print(json_render.render(report))
+    else:
+        scale_render.render(report, out)

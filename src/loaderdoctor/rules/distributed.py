@@ -1,0 +1,125 @@
+"""Rules across the ranks of a distributed run: how the ranks split the samples (distributed-sampler). They read
+what each rank's loader is and gave (scale.results.LoaderFacts), not a single Recording."""
+
+from __future__ import annotations
+
+from loaderdoctor.report import Finding
+from loaderdoctor.rules._common import percent
+from loaderdoctor.scale.results import LoaderFacts
+from loaderdoctor.words import plural
+
+# Ranks that share more than this of their samples load the same data: a split leaves only its padding.
+DUPLICATE_SHARE = 0.5
+
+MAP_STYLE_SNIPPET = """\
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+sampler = DistributedSampler(dataset, shuffle=True)  # rank and world size from the process group
+loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers)
+for epoch in range(epochs):
+    sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+    for batch in loader:
+        ..."""
+
+ITERABLE_SNIPPET = """\
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+class Shards(IterableDataset):
+    def __iter__(self):
+        worker = get_worker_info()
+        workers = worker.num_workers if worker else 1
+        # one slice of the stream per (rank, worker): no two read the same items
+        part = dist.get_rank() * workers + (worker.id if worker else 0)
+        parts = dist.get_world_size() * workers
+        for i, item in enumerate(self.items()):
+            if i % parts == part:
+                yield item"""
+
+
+def shared_share(ranks: dict[int, list[int]]) -> float | None:
+    """Of each rank's samples (indices or fingerprints), the share that another rank got too, averaged over the
+    ranks; None with fewer than two ranks that have any."""
+    filled = {rank: set(items) for rank, items in ranks.items() if items}
+    if len(filled) < 2:
+        return None
+    shares = []
+    for rank, mine in filled.items():
+        others = set().union(*(items for other, items in filled.items() if other != rank))
+        shares.append(len(mine & others) / len(mine))
+    return sum(shares) / len(shares)
+
+
+def distributed_sampler(facts: dict[int, LoaderFacts]) -> Finding | None:
+    """Under more than one rank: a loader whose ranks do not split the samples (no DistributedSampler on a
+    map-style dataset, or a stream not split by rank), or whose ranks take different numbers of steps."""
+    world = len(facts)
+    if world < 2:
+        return None
+    first = facts[min(facts)]
+    steps = {rank: f.batches_per_epoch for rank, f in facts.items() if f.batches_per_epoch is not None}
+    if len(set(steps.values())) > 1:
+        return _uneven_steps(steps)
+    if first.iterable:
+        shared = shared_share({rank: f.fingerprints for rank, f in facts.items()})
+        if shared is None or shared <= DUPLICATE_SHARE:
+            return None
+        return Finding(
+            rule="distributed-sampler",
+            severity="critical",
+            title=f"the {world} ranks read the same stream: {percent(shared)} of each rank's samples came to "
+            "another rank too",
+            evidence={"world_size": world, "iterable": True, "shared_samples_share": round(shared, 3),
+                      "samples_compared": min(len(f.fingerprints) for f in facts.values())},
+            fix="The IterableDataset yields the same items in every rank: each epoch trains on one rank's data "
+            f"{world} times over. Split the stream by rank (and by worker): torch.distributed.get_rank() and "
+            "get_world_size() with torch.utils.data.get_worker_info(), or your library's splitter "
+            "(datasets.distributed.split_dataset_by_node, webdataset's split_by_node).",
+            snippet=ITERABLE_SNIPPET,
+            impact=1.0,  # the ranks train on the same samples: the run's point is lost, as in a hang
+        )  # fmt: skip
+    if first.distributed:
+        return None
+    shared = shared_share({rank: f.indices or [] for rank, f in facts.items()})
+    per_rank = len(first.indices) if first.indices is not None else first.dataset_len
+    evidence = {
+        "world_size": world,
+        "sampler": first.sampler,
+        "dataset_len": first.dataset_len,
+        "samples_per_rank": per_rank,
+        "shared_samples_share": None if shared is None else round(shared, 3),
+    }
+    if shared is not None and shared <= DUPLICATE_SHARE:
+        return None  # the user's own sampler splits the indices
+    every = f"each of the {world} ranks loads all {per_rank} samples" if per_rank else f"the {world} ranks"
+    return Finding(
+        rule="distributed-sampler",
+        severity="critical",
+        title=f"no DistributedSampler: {every} of the dataset",
+        evidence=evidence,
+        fix=f"The loader's {first.sampler} gives every rank the whole dataset: each epoch does {world} times the "
+        "loading it needs, and the ranks train on the same samples"
+        + ("" if shared is None else f" ({percent(shared)} of each rank's indices came to another rank too)")
+        + ". Give the DataLoader a DistributedSampler (and call set_epoch(epoch) before each epoch).",
+        snippet=MAP_STYLE_SNIPPET,
+        impact=1.0,  # the ranks train on the same samples: the run's point is lost, as in a hang
+    )
+
+
+def _uneven_steps(steps: dict[int, int]) -> Finding:
+    fewest, most = min(steps.values()), max(steps.values())
+    counts = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(steps.items()))
+    return Finding(
+        rule="distributed-sampler",
+        severity="critical",
+        title=f"the ranks take different numbers of steps per epoch ({fewest} to {most})",
+        evidence={"batches_per_epoch": {str(rank): count for rank, count in sorted(steps.items())}},
+        fix=f"Batches per epoch differ between ranks ({counts}). Under DDP every step is a collective: the rank "
+        f"with {plural(most - fewest, 'more batch', 'more batches')} waits at the end of the epoch for ranks "
+        "that are done (a hang until the collective's timeout), or the extra batches are dropped. Give every "
+        "rank as many batches: DistributedSampler pads to equal shares; a stream needs an equal split (or "
+        "drop the remainder on every rank).",
+        snippet=MAP_STYLE_SNIPPET,
+        impact=1.0,
+    )
