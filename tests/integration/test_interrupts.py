@@ -40,6 +40,9 @@ def _interrupted_once_workers_run(command: str) -> tuple[subprocess.CompletedPro
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # As in a terminal: a shell that starts a job in the background without job control leaves SIGINT
+        # ignored, and a child inherits that; Ctrl-C must reach the command as it does a user's.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen: set[int] = set()
     try:

@@ -15,7 +15,8 @@ import pytest
 
 import loaderdoctor
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.scale.launch import free_port
+from loaderdoctor.scale.job import RankJob, Topology
+from loaderdoctor.scale.launch import free_port, launch
 from loaderdoctor.scenarios import lock_contention
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(300)]
@@ -77,7 +78,7 @@ def test_a_healthy_ddp_loader_scales_with_no_warning():
 
 
 def test_a_lock_the_workers_of_every_rank_wait_on_is_named_and_proved_by_a_lock_free_launch():
-    report = loaderdoctor.scale("scenario:lock-contention", ranks=[1, 2], budget_s=3)
+    report = loaderdoctor.scale("scenario:lock-contention", ranks=[1, 2], budget_s=2)
     (loader,) = report.loaders.values()
     one, two = loader.runs
     assert not one.failed and not two.failed, (one.failures, two.failures)
@@ -125,6 +126,18 @@ def test_a_rank_that_is_killed_is_named_and_the_run_ends():
     assert any("rank 1 was killed by SIGKILL" in failure for failure in run.failures), run.failures
     assert run.samples_per_s is None  # no aggregate from half a run
     assert report.exit_status == 1
+
+
+def test_a_ranks_workers_start_as_in_a_rank_of_torchrun():
+    # torchrun starts each rank as a fresh interpreter: its loaders' workers get the platform's start method,
+    # not the spawn the launcher used to start the rank.
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import multiprocessing; print(multiprocessing.get_start_method())"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    launched = launch(RankJob(f"{TARGETS}:light_ddp", 0.5, "", step_ms=5), Topology(1))
+    (result,) = launched.results
+    assert result.loaders["train"].recording.start_method == fresh
 
 
 def test_a_target_whose_function_raises_in_every_rank_says_so():

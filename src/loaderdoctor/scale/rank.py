@@ -4,6 +4,7 @@ the probe while stepping together with the other ranks (a collective per step, a
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import socket
 import time
@@ -90,6 +91,9 @@ def run_rank(job_json: str) -> dict[str, Any]:
     """The entry point the elastic launcher starts in every rank; returns every rank's result (as plain data)
     when the ranks could gather them, else this rank's alone. Never raises for a user's error: it is returned."""
     job = RankJob.from_json(job_json)
+    # The launcher starts this process with multiprocessing's spawn, which makes spawn its default start method;
+    # a rank of torchrun is a fresh interpreter with the platform's default: the workers must start as there.
+    multiprocessing.set_start_method(None, force=True)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     cuda = torch.cuda.is_available()
