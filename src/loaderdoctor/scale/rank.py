@@ -161,14 +161,16 @@ def _measure_loader(
     spec = LoaderSpec.from_loader(loader)
     step = RankStep(inner, budget_s, device)
     facts = loader_facts(loader)
-    session = ProbeSession(spec, spec.settings, step=step, policy=StallPolicy(), lock_free=job.lock_free)
-    step.session = session
+    session = None
     try:
+        session = ProbeSession(spec, spec.settings, step=step, policy=StallPolicy(), lock_free=job.lock_free)
+        step.session = session
         if session.start(startup_limit_s=deadline_allowance(budget_s)) and not step.stopped:
             session.run(budget_s * _WINDOW_LIMIT_FACTOR + 30.0)
     finally:
-        step.farewell()  # a rank whose loader stalled or crashed releases the others
-        recording = session.close()
+        step.farewell()  # a rank whose loader stalled, crashed or could not be built releases the others
+        if session is not None:
+            recording = session.close()
     facts.fingerprints = step.fingerprints
     return RankLoader(recording, facts, step.collective_error)
 
