@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor import target as targets
-from loaderdoctor.errors import StoppedByUser, UsageError
+from loaderdoctor.budget import check_budget
+from loaderdoctor.errors import StoppedByUser
 from loaderdoctor.prescribe import prescribe
 from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import Recording
@@ -56,8 +56,7 @@ def check(
     comes on top), name what is wrong, and measure the prescribed settings against the original ones too
     (unless verify_fix is False). The loaders are left as they were found: their generators and the global
     random states are restored afterwards (see user_state_kept)."""
-    if not (math.isfinite(budget_s) and budget_s > 0):
-        raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
+    check_budget(budget_s)
     resolved = targets.resolve_any(target_or_loader, "check")
     try:
         with user_state_kept(resolved.loaders.values()):
@@ -126,7 +125,12 @@ def _fix_and_verify(
     """After the measurement: prescribe, search when worth it, and verify in turns; or, when the main
     diagnosis is a lock the workers take on read-only files, measure the loader without it."""
     phase = _phase_progress(progress, name)
-    if verify_fix and findings and findings[0].rule == "lock-contention" and lock_free_provable(recording):
+    if (
+        verify_fix
+        and findings
+        and findings[0].rule == "lock-contention"
+        and lock_free_provable(recording.worker_activity)
+    ):
         (without_lock,) = verify(
             spec,
             recording,

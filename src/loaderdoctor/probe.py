@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import shutil
 import statistics
 import tempfile
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoctor.budget import check_budget, deadline_allowance
 from loaderdoctor.epochloop import EpochLoop, close_iterator
 from loaderdoctor.errors import StopMeasuring, StoppedByUser, UsageError
 from loaderdoctor.fingerprints import EpochTally
@@ -60,11 +60,6 @@ class ProbeProgress:
 
 # A window's warm-up lasts at least this long, so that the workers of a session paused just before go idle.
 SETTLE_S = 0.2
-
-
-def deadline_allowance(seconds: float) -> float:
-    """How long a stretch meant to take `seconds` may run before a wait is declared over the budget."""
-    return seconds * 1.5 + 5.0
 
 
 class ProbeSession(EpochLoop):
@@ -358,11 +353,6 @@ def _length(spec: LoaderSpec, settings: Settings) -> int | None:
         return len(spec.build(settings.replace(num_workers=0)))
     except TypeError:
         return None
-
-
-def check_budget(budget_s: float) -> None:
-    if not (math.isfinite(budget_s) and budget_s > 0):
-        raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
 
 
 def probe(

@@ -51,7 +51,7 @@ def test_an_exclusive_lock_on_read_only_files_is_named_with_its_line_and_its_cos
     assert finding.snippet == SHARED_LOCK_SNIPPET
     assert finding.settings_change == {}
     assert finding.impact == pytest.approx(0.05 / 0.065 * 0.72)
-    assert lock_free_provable(locked_recording())
+    assert lock_free_provable(locked_recording().worker_activity)
 
 
 def test_the_lock_is_the_main_diagnosis_before_the_wait_it_causes():
@@ -67,7 +67,7 @@ def test_a_lock_on_files_opened_for_writing_guards_writes_and_must_stay():
     assert "read-only" not in finding.fix
     assert finding.snippet is None
     assert finding.evidence["writable_lock_calls"] == 300
-    assert not lock_free_provable(rec)  # nothing a lock-free run may make a no-op
+    assert not lock_free_provable(rec.worker_activity)  # nothing a lock-free run may make a no-op
 
 
 def test_locks_on_both_kinds_of_file_say_which_may_go():
@@ -88,7 +88,7 @@ def test_a_lock_between_threads_or_processes_has_no_file_lock_evidence():
     assert finding.title.startswith("Workers wait on multiprocessing.Lock.__enter__ 72% of their time")
     assert "read_only_lock_calls" not in finding.evidence
     assert finding.fix.startswith("multiprocessing.Lock.__enter__ is shared by the workers")
-    assert not lock_free_provable(rec)
+    assert not lock_free_provable(rec.worker_activity)
 
 
 def test_sqlites_busy_wait_gets_read_only_connections():

@@ -31,6 +31,7 @@ def _facts(rank: int, world: int, *, distributed: bool, size: int = 100, **chang
         iterable=False,
         batches_per_epoch=len(indices) // 10,
         dataset_len=size,
+        drop_last=False,
         indices=indices,
     )
     for key, value in changes.items():

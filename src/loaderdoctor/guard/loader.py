@@ -21,23 +21,13 @@ from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.failures import FailureHandling
 from loaderdoctor.guard.inner import Inner, Resources
 from loaderdoctor.guard.options import check_sample_options, stall_policy
-from loaderdoctor.guard.plan import (
-    check_resumable,
-    start_epoch,
-)
-from loaderdoctor.guard.recovery import (
-    USERS_TIMEOUT,
-)
+from loaderdoctor.guard.plan import check_resumable, start_epoch
+from loaderdoctor.guard.recovery import USERS_TIMEOUT
 from loaderdoctor.guard.resume import Building, PlanResume, Resume, StreamResume
 from loaderdoctor.guard.safe import SettingChange, StartSafety, persistent_workers_change
-from loaderdoctor.guard.samples import (
-    too_many_bad,
-)
+from loaderdoctor.guard.samples import too_many_bad
 from loaderdoctor.guard.state import STATE_VERSION
-from loaderdoctor.guard.texts import (
-    skipped_event,
-    too_many_bad_error,
-)
+from loaderdoctor.guard.texts import skipped_event, too_many_bad_error
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings

@@ -49,10 +49,10 @@ def is_file_lock(lock: str) -> bool:
     return lock.startswith(_CALLED_FILE_LOCKS + _FILE_LOCK_LIBRARIES)
 
 
-def lock_free_provable(rec: Recording) -> bool:
-    """Whether the contended lock can be measured away: it is taken through fcntl or os.lockf, which a
-    lock-free run makes no-ops on read-only files, and the workers took some on read-only files."""
-    activity = rec.worker_activity
+def lock_free_provable(activity: WorkerActivity | None) -> bool:
+    """Whether the contended lock of the workers' `activity` (one rank's, or every rank's joined) can be
+    measured away: it is taken through fcntl or os.lockf, which a lock-free run makes no-ops on read-only files,
+    and the workers took some on read-only files."""
     found = None if activity is None else contended_lock(activity)
     if activity is None or found is None:
         return False

@@ -18,9 +18,10 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from loaderdoctor import target as targets
+from loaderdoctor.budget import deadline_allowance
 from loaderdoctor.errors import LoaderDoctorError, StopMeasuring, UsageError
 from loaderdoctor.fingerprints import sample_fingerprints
-from loaderdoctor.probe import ProbeSession, deadline_allowance
+from loaderdoctor.probe import ProbeSession
 from loaderdoctor.scale.job import RankJob
 from loaderdoctor.scale.results import LoaderFacts, RankLoader, RankResult
 from loaderdoctor.settings import LoaderSpec
@@ -195,6 +196,7 @@ def loader_facts(loader: DataLoader) -> LoaderFacts:
         iterable=iterable,
         batches_per_epoch=batches,
         dataset_len=dataset_len,
+        drop_last=bool(loader.drop_last),
         indices=None if iterable else _epoch_indices(loader),
     )
 

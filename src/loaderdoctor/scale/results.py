@@ -22,6 +22,7 @@ class LoaderFacts:
     iterable: bool
     batches_per_epoch: int | None  # len(loader): the steps this rank takes per epoch
     dataset_len: int | None
+    drop_last: bool  # the DataLoader's: each rank's last partial batch dropped
     # The dataset indices this rank's sampler gives in one epoch (map-style; at most MAX_INDICES), and the
     # fingerprints of the first samples it delivered (see fingerprints.py): to compare with the other ranks.
     indices: list[int] | None = None

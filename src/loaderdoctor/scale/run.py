@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from loaderdoctor.budget import check_budget
 from loaderdoctor.errors import LoaderDoctorError, UsageError
-from loaderdoctor.probe import check_budget
-from loaderdoctor.report import Finding, Verification
+from loaderdoctor.report import Verification
+from loaderdoctor.rules.locks import lock_free_provable
 from loaderdoctor.scale import join
 from loaderdoctor.scale.job import RankJob, Topology
 from loaderdoctor.scale.launch import launch
@@ -61,15 +62,15 @@ def scale(
         launches.append(launched)
     names = _loader_names(launches)
     reports = {name: _loader_report(name, launches) for name in names}
-    proof = [name for name in names if _provable_lock(reports[name].findings)]
+    largest_launch = max(launches, key=lambda launched: launched.world_size)
+    proof = [name for name in names if _lock_to_prove(reports[name], largest_launch)]
     if proof:
         largest = max(counts)
         topology = Topology(largest, nnodes, node_rank, rdzv_endpoint)
         _say(progress, f"measuring under {topology.world_size} ranks without the lock on read-only files")
         lock_free = launch(RankJob(target, budget_s, "", step_ms, lock_free=True), topology, index=len(counts))
-        before = max(launches, key=lambda launched: launched.world_size)
         for name in proof:
-            reports[name].verification = lock_free_verification(before, lock_free, name)
+            reports[name].verification = lock_free_verification(largest_launch, lock_free, name)
     return ScaleReport(target, reports, nnodes=nnodes)
 
 
@@ -122,30 +123,16 @@ def _plan(name: str, launches: list[LaunchResult]) -> DdpPlan | None:
     if recording is None or recording.dataset_len is None or not recording.batch_size:
         return None
     largest = max(launches, key=lambda launched: launched.world_size)
-    drop_last = _drop_last(largest, name)
+    loaders = join.rank_loaders(largest, name)
+    drop_last = bool(loaders) and loaders[min(loaders)].facts.drop_last
     return ddp_plan(recording.dataset_len, recording.batch_size, largest.world_size, drop_last=drop_last)
 
 
-def _drop_last(launched: LaunchResult, name: str) -> bool:
-    """Whether the loader drops each rank's last partial batch, read from its length and the sampler's."""
-    loaders = join.rank_loaders(launched, name)
-    if not loaders:
-        return False
-    loader = loaders[min(loaders)]
-    batch_size = loader.recording.batch_size or 1
-    per_rank = len(loader.facts.indices) if loader.facts.indices is not None else None
-    if per_rank is None or loader.facts.batches_per_epoch is None:
-        return False
-    return loader.facts.batches_per_epoch == per_rank // batch_size and per_rank % batch_size != 0
-
-
-def _provable_lock(findings: list[Finding]) -> bool:
-    """Whether lock-contention was found on locks of files opened read-only: then making them no-ops in the
-    workers measures what the lock costs."""
-    return any(
-        f.rule == "lock-contention" and f.severity != "info" and (f.evidence.get("read_only_lock_calls") or 0) > 0
-        for f in findings
-    )
+def _lock_to_prove(report: ScaleLoaderReport, launched: LaunchResult) -> bool:
+    """Whether lock-contention was found on a lock a lock-free launch makes no-ops (fcntl or os.lockf calls on
+    files opened read-only, by the workers of every rank together)."""
+    found = any(f.rule == "lock-contention" for f in report.findings)
+    return found and lock_free_provable(join.ranks_activity(launched, report.name))
 
 
 def lock_free_verification(before: LaunchResult, after: LaunchResult, name: str) -> Verification | None:

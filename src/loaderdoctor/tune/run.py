@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 import time
@@ -12,6 +11,7 @@ from typing import Any
 import psutil
 
 from loaderdoctor import target as targets
+from loaderdoctor.budget import check_budget
 from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.forksafety import safe_start_method
 from loaderdoctor.host import host_facts
@@ -175,8 +175,7 @@ def tune(
     Workload's) the cheapest settings that keep up with it are chosen, not the fastest. The loaders are left
     as they were found: their generators and the global random states are restored afterwards.
     """
-    if not (math.isfinite(budget_s) and budget_s > 0):
-        raise UsageError(f"the budget must be more than 0 seconds, not {budget_s}")
+    check_budget(budget_s)
     if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
         raise UsageError(f"max_workers must be a whole number, not {max_workers!r}")
     if max_workers is not None and max_workers < 1:
