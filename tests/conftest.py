@@ -1,4 +1,5 @@
-"""Shared test fixtures: every test must leave no child process and no non-daemon thread behind."""
+"""Shared test fixtures: every test keeps its run history in a folder of its own, and must leave no child process
+and no non-daemon thread behind."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def _live_children() -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return alive
+
+
+@pytest.fixture(autouse=True)
+def private_history_home(tmp_path_factory, monkeypatch):
+    """LOADERDOCTOR_HOME in a fresh folder, so that no test (nor a process it starts) writes into the user's own
+    history."""
+    home = tmp_path_factory.mktemp("loaderdoctor-home")
+    monkeypatch.setenv("LOADERDOCTOR_HOME", str(home))
+    return home
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from loaderdoctor.scale.report import ScaleReport
 from loaderdoctor.scale.run import scale
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune import TuneReport, tune
+from loaderdoctor.watch import WatchedLoader, watch
 from loaderdoctor.workload import Workload
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "TuneReport",
     "UsageError",
     "Verification",
+    "WatchedLoader",
     "Workload",
     "check",
     "guard",
@@ -34,5 +36,6 @@ __all__ = [
     "scale",
     "tune",
     "unpatch",
+    "watch",
 ]
 __version__ = "0.1.0"

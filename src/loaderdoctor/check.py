@@ -8,7 +8,8 @@ from typing import Any
 
 from loaderdoctor import target as targets
 from loaderdoctor.budget import check_budget
-from loaderdoctor.errors import StoppedByUser
+from loaderdoctor.epochcost import epoch_cost
+from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.prescribe import prescribe
 from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import Recording
@@ -51,12 +52,21 @@ def check(
     verify_fix: bool = True,
     policy: StallPolicy | None = None,
     progress: CheckProgress | None = None,
+    epoch_batches: int | None = None,
+    cost_per_hour: float | None = None,
 ) -> Report:
     """Measure every loader of `target_or_loader` within about `budget_s` seconds in all (workers' start-up
     comes on top), name what is wrong, and measure the prescribed settings against the original ones too
-    (unless verify_fix is False). The loaders are left as they were found: their generators and the global
-    random states are restored afterwards (see user_state_kept)."""
+    (unless verify_fix is False). Each loader's report says what an epoch of `epoch_batches` (default: the
+    loader's length) takes now and with the fix, and with `cost_per_hour` what it costs. The loaders are left
+    as they were found: their generators and the global random states are restored afterwards (see
+    user_state_kept)."""
     check_budget(budget_s)
+    if epoch_batches is not None and (isinstance(epoch_batches, bool) or not isinstance(epoch_batches, int)
+                                      or epoch_batches < 1):  # fmt: skip
+        raise UsageError(f"epoch_batches must be a whole number, 1 or more, not {epoch_batches!r}")
+    if cost_per_hour is not None and (not isinstance(cost_per_hour, (int, float)) or cost_per_hour < 0):
+        raise UsageError(f"cost_per_hour must be a number, 0 or more, not {cost_per_hour!r}")
     resolved = targets.resolve_any(target_or_loader, "check")
     try:
         with user_state_kept(resolved.loaders.values()):
@@ -78,6 +88,7 @@ def check(
                         policy=policy,
                         progress=progress,
                     )
+                    reports[name].epoch_cost = epoch_cost(reports[name], epoch_batches, cost_per_hour)
                 except KeyboardInterrupt as stop:
                     partial = _partial_report(name, stop)
                     if partial is not None:

@@ -78,7 +78,7 @@ class EpochRecord:
     batches: int
     wall_s: float  # from iter(), as first_batch_s, to the epoch's end
     worker_pids: list[int]
-    ended: str  # "exhausted" | "time" | "stall" | "worker-died" | "error"
+    ended: str  # "exhausted" | "time" | "stall" | "worker-died" | "error" | "left" (a watched loop left it early)
     started_s: float = 0.0  # when iter() was called, in seconds since the run started
     end_s: float = 0.0  # from the last batch's step to the epoch's end: StopIteration and ending its workers
     # Samples fingerprinted (IterableDatasets only: see fingerprints.py), how many of them were distinct, and
@@ -86,6 +86,10 @@ class EpochRecord:
     samples_fingerprinted: int = 0
     distinct_samples: int | None = None
     typical_copies: int | None = None
+    # The epoch a shuffling sampler with set_epoch() (DistributedSampler) held at this epoch's iter(), when the
+    # loader has one: the same value every epoch means set_epoch() was never called (the same order each epoch).
+    # Only a watched run records it: the probe drives epochs itself and calls no set_epoch().
+    sampler_epoch: int | None = None
 
 
 @dataclass
@@ -223,6 +227,9 @@ class Recording:
     outcome: str = "completed"  # "completed" | "stalled" | "crashed"
     error: str | None = None
     wall_s: float = 0.0
+    # Every batch delivered, when `batches` keeps only an even thinning of a long watched run (see watch/); None
+    # when `batches` holds them all.
+    batches_delivered: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -352,7 +359,12 @@ def first_startup_s(rec: Recording) -> float | None:
     return rec.epochs[0].first_batch_s if rec.epochs else None
 
 
+def delivered_batches(rec: Recording) -> int:
+    """How many batches the run delivered (a long watched run keeps only a thinning of them in `batches`)."""
+    return len(rec.batches) if rec.batches_delivered is None else rec.batches_delivered
+
+
 def batches_per_s(rec: Recording) -> float:
     """Delivered batches per second of the whole run as it went, start-up included (see training_rate for the
     rate a training loop sees)."""
-    return len(rec.batches) / rec.wall_s if rec.wall_s > 0 else 0.0
+    return delivered_batches(rec) / rec.wall_s if rec.wall_s > 0 else 0.0

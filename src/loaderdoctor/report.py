@@ -7,10 +7,13 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.epochcost import EpochCost
+from loaderdoctor.limit import Limit, host_limit, share_of_limit
 from loaderdoctor.recording import (
     OtherProcess,
     Recording,
     batches_per_s,
+    delivered_batches,
     epoch_batches,
     epoch_overhead_s,
     first_startup_s,
@@ -27,8 +30,9 @@ SEVERITIES = ("critical", "warning", "info")
 SCHEMA = "loaderdoctor.check/1"
 
 
-def measurements(rec: Recording) -> dict[str, Any]:
-    """The figures a report shows for a recording (the JSON schema's "measurements")."""
+def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
+    """The figures a report shows for a recording (the JSON schema's "measurements"), with the host's limit
+    (by default as this recording alone shows it; see LoaderReport.limit)."""
     steady_waits = [b.wait_s for b in steady_batches(rec)]
     uss = worker_uss_after_startup(rec)
     rate = training_rate(rec)
@@ -37,6 +41,8 @@ def measurements(rec: Recording) -> dict[str, Any]:
     cpu = loading_cpu(rec)
     others = other_cores(rec)
     per_batch = sum(b.samples for b in rec.batches) / len(rec.batches) if rec.batches else None
+    limit = host_limit(rec) if limit is None else limit
+    share = share_of_limit(rate, limit)
     return {
         "batches_per_s": _rounded(rate, 3),
         "samples_per_s": None if rate is None or per_batch is None else round(rate * per_batch, 3),
@@ -46,7 +52,7 @@ def measurements(rec: Recording) -> dict[str, Any]:
         "first_startup_s": _rounded(first_startup_s(rec), 4),
         "first_batch_s": [_rounded(e.first_batch_s, 4) for e in rec.epochs],
         "epochs": len(rec.epochs),
-        "batches": len(rec.batches),
+        "batches": delivered_batches(rec),
         "batches_per_epoch": epoch_batches(rec),
         "wall_s": round(rec.wall_s, 3),
         "run_batches_per_s": round(batches_per_s(rec), 3),
@@ -63,6 +69,8 @@ def measurements(rec: Recording) -> dict[str, Any]:
         "start_method": rec.start_method,
         "outcome": rec.outcome,
         "sample_errors": len(rec.sample_errors),
+        "limit": limit.to_dict(),
+        "share_of_limit": _rounded(share, 3),
     }
 
 
@@ -197,14 +205,35 @@ class LoaderReport:
     recording: Recording
     findings: list[Finding]
     verification: Verification | None = None
+    epoch_cost: EpochCost | None = None  # an epoch's time (and money) now and with the fix, when asked for
+
+    @property
+    def limit(self) -> Limit:
+        """The rate this host could reach (limit.py): measured on the fix's run when it ran workers and its
+        loading's CPU is known (workers load with one thread each, where the training process's own loading
+        may count the spinning of torch's thread pool as work), else on the user's settings' run."""
+        after = None if self.verification is None else self.verification.after_recording
+        if after is not None and after.settings.num_workers and after.settings.backend == "process":
+            fixed = host_limit(after)
+            if fixed.loading_cpu_batches_per_s is not None:
+                return fixed
+        return host_limit(self.recording)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.recording.settings.to_dict(),
-            "measurements": measurements(self.recording),
+            "measurements": measurements(self.recording, self.limit),
             "findings": [f.to_dict() for f in self.findings],
-            "verification": None if self.verification is None else self.verification.to_dict(),
+            "verification": None if self.verification is None else self._verification_dict(self.verification),
+            "epoch": None if self.epoch_cost is None else self.epoch_cost.to_dict(),
         }
+
+    def _verification_dict(self, verification: Verification) -> dict[str, Any]:
+        """The verification, with the fix's rate as a share of the limit measured on the original run."""
+        share = share_of_limit(
+            verification.after if verification.speedup is not None else None, host_limit(self.recording)
+        )
+        return {**verification.to_dict(), "share_of_limit": _rounded(share, 3)}
 
 
 @dataclass

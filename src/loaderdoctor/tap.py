@@ -73,6 +73,7 @@ class EpochEnded:
     epoch: int
     batches: int
     wall_s: float
+    wait_s: float = 0.0  # the time in the next() that raised StopIteration (ending workers that do not persist)
 
 
 Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded
@@ -185,7 +186,8 @@ class TapIterator:
             batch = next(self.inner)
         except StopIteration:
             self.waiting_since = None
-            tap.emit(EpochEnded(self.epoch, self.index, clock() - self.started_at))
+            ended = clock()
+            tap.emit(EpochEnded(self.epoch, self.index, ended - self.started_at, ended - started))
             raise
         except Exception as error:
             self.waiting_since = None

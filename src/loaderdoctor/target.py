@@ -11,12 +11,15 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loaderdoctor import scenarios
+from loaderdoctor.datamodule import datamodule_base, datamodule_loaders
 from loaderdoctor.errors import UsageError
 from loaderdoctor.targetimport import find_function, import_file, import_module, is_path, split_target
 from loaderdoctor.usercode import describe_exception, display_path
 from loaderdoctor.workload import Workload
 
-_ACCEPTED = "a torch.utils.data.DataLoader, a dict of name -> DataLoader, or a loaderdoctor.Workload"
+_ACCEPTED = (
+    "a torch.utils.data.DataLoader, a dict of name -> DataLoader, a loaderdoctor.Workload, or a LightningDataModule"
+)
 
 
 @dataclass
@@ -135,6 +138,9 @@ def _call(fn: Any, source: str) -> Any:
 def _from_returned(target: str, returned: Any, source: str) -> ResolvedTarget:
     if isinstance(returned, Workload):
         return _from_workload(target, returned, source)
+    if datamodule_base(returned) is not None:
+        workload, named = datamodule_loaders(returned, source)
+        return _from_workload(target, workload, source, named)
     if isinstance(returned, DataLoader):
         loaders = {"loader": returned}
     elif isinstance(returned, Mapping):
@@ -191,6 +197,8 @@ def _return_hint(returned: Any) -> str:
         return 'return a dict to name them: {"train": train_loader, "val": val_loader}'
     if isinstance(returned, Dataset):
         return "wrap it in the loader you train with: return DataLoader(dataset, batch_size=...)"
+    if callable(getattr(returned, "train_dataloader", None)):
+        return "return its train_dataloader() (or the LightningDataModule that makes the loaders)"
     return "return the DataLoader your training loop iterates over"
 
 
@@ -255,12 +263,15 @@ def _length_or_none(sized: Any) -> int | None:
 
 
 def resolve_any(target_or_loader: Any, caller: str) -> ResolvedTarget:
-    """What `caller` (check, tune) was given, resolved: a TARGET string, a DataLoader, a dict of them, or a
-    Workload."""
+    """What `caller` (check, tune) was given, resolved: a TARGET string, a DataLoader, a dict of them, a Workload,
+    or a LightningDataModule."""
     if isinstance(target_or_loader, str):
         return resolve(target_or_loader)
     if isinstance(target_or_loader, Workload):
         return ResolvedTarget("<Workload>", target_or_loader, target_or_loader.loaders())
+    if datamodule_base(target_or_loader) is not None:
+        workload, named = datamodule_loaders(target_or_loader, "the LightningDataModule given")
+        return _from_workload("<LightningDataModule>", workload, "the LightningDataModule given", named)
     if isinstance(target_or_loader, DataLoader):
         return ResolvedTarget("<DataLoader>", Workload(train=target_or_loader), {"loader": target_or_loader})
     if isinstance(target_or_loader, Mapping) and target_or_loader:
@@ -270,6 +281,6 @@ def resolve_any(target_or_loader: Any, caller: str) -> ResolvedTarget:
                 raise UsageError(f"loader {name!r} is a {type(loader).__name__}, not a DataLoader")
         return ResolvedTarget("<loaders>", Workload(train=next(iter(loaders.values()))), loaders)
     raise UsageError(
-        f"{caller}() takes a TARGET string, a DataLoader, a dict of DataLoaders or a Workload, "
+        f"{caller}() takes a TARGET string, a DataLoader, a dict of DataLoaders, a Workload or a LightningDataModule, "
         f"not {type(target_or_loader).__name__}"
     )

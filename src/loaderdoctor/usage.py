@@ -204,3 +204,16 @@ def worker_uss_after_startup(rec: Recording) -> list[int]:
     if not started:
         return [s.uss_bytes for s in rec.worker_samples]
     return [s.uss_bytes for s in rec.worker_samples if s.t_s >= started.get(s.pid, 0.0)]
+
+
+def main_step_cpu_s(rec: Recording, window: Window | None = None) -> float | None:
+    """The CPU seconds the training process used per steady batch outside next() (in the step, with every
+    thread of the process): its CPU over steady running, per batch, less its CPU in next(). None without
+    samples of the machine; 0 for a step that sleeps or runs on an accelerator."""
+    machine = _machine(rec, window)
+    steady = steady_batches(rec, window)
+    if machine is None or not steady:
+        return None
+    interval = sum(b.wait_s + b.step_s for b in steady) / len(steady)
+    in_next = sum(b.wait_cpu_s for b in steady) / len(steady)
+    return max(0.0, machine[0] * interval - in_next)

@@ -33,7 +33,9 @@ def machine_busy_cpu_s() -> float:
 class WorkerSampler:
     """A background thread that samples, every interval while active, each worker's USS/RSS, CPU time and
     thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the machine's
-    and the training process's CPU (to tell other processes' load apart)."""
+    and the training process's CPU (to tell other processes' load apart). With `keep_rounds`, a long run keeps
+    at most about that many rounds of samples: past it, every other round taken so far is dropped (the memory
+    of a watched run of days stays bounded; growth and CPU are read from the rounds that stay)."""
 
     def __init__(
         self,
@@ -43,8 +45,11 @@ class WorkerSampler:
         clock: Callable[[], float] = time.perf_counter,
         t0: float | None = None,
         own_threads: int = 0,
+        keep_rounds: int | None = None,
     ) -> None:
         self._pids = pids
+        self._keep_rounds = keep_rounds
+        self._round_times: list[float] = []
         self._own_threads = own_threads
         self._interval_s = interval_s
         self._clock = clock
@@ -108,6 +113,17 @@ class WorkerSampler:
             self.samples.extend(taken)
             if host is not None:
                 self.host_samples.append(host)
+            if self._keep_rounds is not None:
+                self._round_times.append(t_s)
+                if len(self._round_times) > self._keep_rounds:
+                    self._thin()
+
+    def _thin(self) -> None:
+        """Drop every other round of samples taken so far (the first and the latest stay)."""
+        kept = set(self._round_times[::2]) | {self._round_times[-1]}
+        self._round_times = sorted(kept)
+        self.samples = [s for s in self.samples if s.t_s in kept]
+        self.host_samples = [s for s in self.host_samples if s.t_s in kept]
 
     def cpu_idle(self, pids: list[int], window_s: float, min_cpu_s: float = 0.05) -> bool | None:
         """Whether none of `pids` used more than min_cpu_s of CPU over the last window_s; None if unknown."""

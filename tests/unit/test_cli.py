@@ -11,6 +11,7 @@ from rich.console import Console
 
 from loaderdoctor import scenarios
 from loaderdoctor.cli import main
+from loaderdoctor.history.store import load_runs
 from loaderdoctor.probe import ProbeProgress
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
@@ -55,8 +56,8 @@ def test_scenarios_lists_every_scenario(capsys):
         (["check", "--epochs", "two"], "--epochs must be a whole number of epochs, not 'two'"),
         (["tune", "--max-workers", "0"], "--max-workers must be 1 or more workers, not '0'"),
         (["tune", "--budget", "1e999"], "--budget must be a finite number of seconds, not '1e999'"),
-        (["bogus"], "unknown command 'bogus': use one of check, tune, scale, plan, scenarios"),
-        ([], "give a command: one of check, tune, scale, plan, scenarios"),
+        (["bogus"], "unknown command 'bogus': use one of check, tune, scale, plan, history, scenarios"),
+        ([], "give a command: one of check, tune, scale, plan, history, scenarios"),
         (["check", "--budget"], "--budget: expected one argument"),
     ],
 )
@@ -136,6 +137,23 @@ def test_check_json_on_a_tiny_loader(tmp_path, capsys):
     assert loader["verification"] is None
     critical = any(f["severity"] == "critical" for f in loader["findings"])
     assert status == (1 if critical else 0)
+    assert loader["epoch"]["batches"] == 8  # the loader's length, at the rate measured
+    assert loader["epoch"]["epoch_s"] == pytest.approx(8 / m["batches_per_s"], rel=0.01)
+
+
+def test_check_keeps_its_run_in_the_history_unless_told_not_to(tmp_path, capsys):
+    target = _tiny_target(tmp_path, "tiny_loader_kept")
+    argv = ["check", target, "--json", "--budget", "4", "--epochs", "1", "--no-verify"]
+    main([*argv, "--epoch-batches", "1000", "--cost-per-hour", "36"])
+    loader = json.loads(capsys.readouterr().out)["loaders"]["loader"]
+    assert loader["epoch"]["batches"] == 1000
+    assert loader["epoch"]["cost_per_epoch"] == pytest.approx(36 * loader["epoch"]["epoch_s"] / 3600, rel=0.01)
+    (run,) = load_runs()
+    assert (run.kind, run.name, run.target) == ("check", f"{target}/loader", target)
+    assert run.measurements["batches"] == 8
+    assert run.findings == loader["findings"]
+    main([*argv, "--no-history"])
+    assert len(load_runs()) == 1
 
 
 # rendering

@@ -217,6 +217,21 @@ def test_measurements_of_a_small_recording():
         "start_method": None,
         "outcome": "completed",
         "sample_errors": 0,
+        # 5 ms of CPU and 5 ms more of waiting per batch in the main process, a 40 ms step: the step binds.
+        "limit": {
+            "batches_per_s": 25.0,
+            "binds": "step",
+            "loading_cpu_batches_per_s": 400.0,  # 2 cores / 5 ms
+            "loading_io_batches_per_s": 1600.0,  # 16 workers / 10 ms
+            "step_batches_per_s": 25.0,
+            "cpu_ms_per_batch": 5.0,
+            "step_cpu_ms_per_batch": None,  # no samples of the machine
+            "io_ms_per_batch": 5.0,
+            "step_ms": 40.0,
+            "usable_cores": 2.0,
+            "unknown": {},
+        },
+        "share_of_limit": 0.588,  # 14.706 of 25
     }
 
 

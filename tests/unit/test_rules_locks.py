@@ -4,9 +4,10 @@ removed and what guards writes, the lines below which it stays quiet, and its pl
 from __future__ import annotations
 
 import pytest
-from recordings import POSES, make_activity, make_recording
+from recordings import POSES, make_activity, make_iterators, make_recording
 
 from loaderdoctor.activity import LockCalls
+from loaderdoctor.recording import Stall
 from loaderdoctor.rules import diagnose
 from loaderdoctor.rules.locks import SHARED_LOCK_SNIPPET, lock_contention, lock_free_provable
 from loaderdoctor.settings import Settings
@@ -131,3 +132,27 @@ def test_quiet_without_activity_a_measured_wait_or_in_a_lock_free_run():
     stalled.batches = stalled.batches[:1]  # no steady batch: what the lock costs the loop is unknown
     assert lock_contention(stalled) is None
     assert lock_contention(locked_recording(lock=None)) is None  # the same time at a line that takes no lock
+
+
+def test_workers_forked_while_a_thread_ran_and_stuck_on_a_lock_are_fork_unsafe_not_lock_contention():
+    rec = make_recording(
+        settings=FOUR_WORKERS,
+        wait_s=0.05,
+        step_s=0.015,
+        cpu_share=0.02,
+        worker_activity=make_activity(lock="threading.Lock.acquire"),
+        iterators=make_iterators(2, "fork", threads=["log-flusher"]),
+        stall=Stall(epoch=1, batch=3, waited_s=10.0, threshold_s=10.0, reason="no batch", workers_cpu_idle=True),
+    )
+    rules = [f.rule for f in diagnose(rec)]
+    assert "lock-contention" not in rules
+    assert rules[0] == "fork-unsafe"
+    unstuck = make_recording(
+        settings=FOUR_WORKERS,
+        wait_s=0.05,
+        step_s=0.015,
+        cpu_share=0.02,
+        worker_activity=make_activity(lock="threading.Lock.acquire"),
+        iterators=make_iterators(2, "fork", threads=["log-flusher"]),
+    )
+    assert lock_contention(unstuck) is not None  # without a stall the lock's cost stands on its own

@@ -40,6 +40,15 @@ def add_step_arg(parser: argparse.ArgumentParser, then: str = "") -> None:
     )
 
 
+def add_history_arg(parser: argparse.ArgumentParser) -> None:
+    """--no-history: do not keep this run in the history (see `loaderdoctor history`)."""
+    parser.add_argument(
+        "--no-history",
+        action="store_true",
+        help="do not keep this run in the history ($LOADERDOCTOR_HOME/history.sqlite3)",
+    )
+
+
 def add_json_arg(parser: argparse.ArgumentParser, schema: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print the result as JSON (schema {schema})")
 

@@ -7,8 +7,16 @@ import argparse
 from rich.console import Console
 
 from loaderdoctor.check import DEFAULT_BUDGET_S, DEFAULT_EPOCHS, check
-from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
-from loaderdoctor.commands.running import measure_and_show
+from loaderdoctor.commands.arguments import (
+    add_budget_arg,
+    add_history_arg,
+    add_json_arg,
+    add_step_arg,
+    add_target_args,
+    count,
+    number,
+)
+from loaderdoctor.commands.running import kept, measure_and_show
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
 from loaderdoctor.report import Report
@@ -30,19 +38,40 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_step_arg(parser)
     add_json_arg(parser, SCHEMA)
+    add_history_arg(parser)
     parser.add_argument("--no-verify", action="store_true", help="do not measure the prescribed settings")
+    parser.add_argument(
+        "--epoch-batches",
+        type=count("batches", minimum=1),
+        default=None,
+        metavar="N",
+        help="batches in an epoch of your training, for its time now and with the fix (default: the loader's length)",
+    )
+    parser.add_argument(
+        "--cost-per-hour",
+        type=number("money per hour", minimum=0),
+        default=None,
+        metavar="X",
+        help="what an hour of the job costs (e.g. its GPUs): the report says what an epoch costs now and with the fix",
+    )
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Check, and show the report; on Ctrl-C, what was measured so far and status 130."""
     return measure_and_show(
-        lambda live: check(
-            args.target,
-            budget_s=args.budget,
-            epochs=args.epochs,
-            step_ms=args.step_ms,
-            verify_fix=not args.no_verify,
-            progress=live.check_update,
+        lambda live: kept(
+            NAME,
+            not args.no_history,
+            lambda: check(
+                args.target,
+                budget_s=args.budget,
+                epochs=args.epochs,
+                step_ms=args.step_ms,
+                verify_fix=not args.no_verify,
+                progress=live.check_update,
+                epoch_batches=args.epoch_batches,
+                cost_per_hour=args.cost_per_hour,
+            ),
         ),
         lambda report: _show(report, args, out),
         err,

@@ -7,8 +7,15 @@ import argparse
 
 from rich.console import Console
 
-from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
-from loaderdoctor.commands.running import measure_and_show
+from loaderdoctor.commands.arguments import (
+    add_budget_arg,
+    add_history_arg,
+    add_json_arg,
+    add_step_arg,
+    add_target_args,
+    count,
+)
+from loaderdoctor.commands.running import kept, measure_and_show
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render import scale as scale_render
 from loaderdoctor.scale.report import SCHEMA, ScaleReport
@@ -30,6 +37,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     add_step_arg(parser, ", then a collective across the ranks as DDP's gradient all-reduce")
     add_budget_arg(parser, DEFAULT_BUDGET_S, "measuring per rank count (each launch's start on top)")
     add_json_arg(parser, SCHEMA)
+    add_history_arg(parser)
     nodes = parser.add_argument_group("across machines (run the same command on every node)")
     nodes.add_argument("--nnodes", type=count("nodes", minimum=1), default=1, metavar="N", help="nodes in the job")
     nodes.add_argument(
@@ -55,15 +63,19 @@ def _rank_list(text: str) -> list[int]:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return measure_and_show(
-        lambda live: scale(
-            args.target,
-            ranks=args.ranks,
-            step_ms=args.step_ms,
-            budget_s=args.budget,
-            nnodes=args.nnodes,
-            node_rank=args.node_rank,
-            rdzv_endpoint=args.rdzv_endpoint,
-            progress=live.scale_update,
+        lambda live: kept(
+            NAME,
+            not args.no_history,
+            lambda: scale(
+                args.target,
+                ranks=args.ranks,
+                step_ms=args.step_ms,
+                budget_s=args.budget,
+                nnodes=args.nnodes,
+                node_rank=args.node_rank,
+                rdzv_endpoint=args.rdzv_endpoint,
+                progress=live.scale_update,
+            ),
         ),
         lambda report: _show(report, args, out),
         err,

@@ -6,8 +6,15 @@ import argparse
 
 from rich.console import Console
 
-from loaderdoctor.commands.arguments import add_budget_arg, add_json_arg, add_step_arg, add_target_args, count
-from loaderdoctor.commands.running import measure_and_show
+from loaderdoctor.commands.arguments import (
+    add_budget_arg,
+    add_history_arg,
+    add_json_arg,
+    add_step_arg,
+    add_target_args,
+    count,
+)
+from loaderdoctor.commands.running import kept, measure_and_show
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render import tune as tune_render
 from loaderdoctor.tune import tune
@@ -39,19 +46,24 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="only climb the worker counts (fewer, shorter trials)")
     add_json_arg(parser, SCHEMA)
+    add_history_arg(parser)
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Tune, and show the report; on Ctrl-C, the trials measured so far and status 130."""
     return measure_and_show(
-        lambda live: tune(
-            args.target,
-            budget_s=args.budget,
-            memory_budget=args.memory_budget,
-            step_ms=args.step_ms,
-            quick=args.quick,
-            max_workers=args.max_workers,
-            progress=live.tune_update,
+        lambda live: kept(
+            NAME,
+            not args.no_history,
+            lambda: tune(
+                args.target,
+                budget_s=args.budget,
+                memory_budget=args.memory_budget,
+                step_ms=args.step_ms,
+                quick=args.quick,
+                max_workers=args.max_workers,
+                progress=live.tune_update,
+            ),
         ),
         lambda report: _show(report, args, out),
         err,

@@ -31,7 +31,7 @@ from loaderdoctor.guard.texts import skipped_event, too_many_bad_error
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.tap import RecentWaits, starts_workers
+from loaderdoctor.tap import Listener, RecentWaits, starts_workers
 from loaderdoctor.watchdog import StallPolicy
 
 # Imported from here by callers and tests: kept where they always were.
@@ -106,6 +106,8 @@ class GuardedLoader(FailureHandling, Checkpoints):
         self._resume_pending = False  # load_state_dict() set a plan and position for the next iter() to resume
         self._seed_state: torch.Tensor | None = None
         self._waits = RecentWaits()  # recent batch waits, over every internal loader: the watchdog's yardstick
+        # Whoever listens to the batches (loaderdoctor.watch): every internal loader's tap reports to them.
+        self.listeners: list[Listener] = []
         self._warned_fork = False
         self._consumer = threading.current_thread()
         # Set while the main thread is in this loader's next() of a num_workers=0 iterator: what ends it.
@@ -214,7 +216,7 @@ class GuardedLoader(FailureHandling, Checkpoints):
         generator = torch.Generator(device=device)
         if self._seed_state is not None:
             generator.set_state(self._seed_state)
-        building = Building(self._spec, settings, generator, self._resources.stack_dir, self._waits)
+        building = Building(self._spec, settings, generator, self._resources.stack_dir, self._waits, self.listeners)
         inner = self._resume.build(building)
         self._resources.inner = inner
         return inner

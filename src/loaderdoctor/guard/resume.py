@@ -24,7 +24,7 @@ from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, che
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
 from loaderdoctor.guard.workerview import UsersDatasetHook
 from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.tap import RecentWaits, Tap, starts_workers
+from loaderdoctor.tap import Listener, RecentWaits, Tap, starts_workers
 from loaderdoctor.words import plural
 from loaderdoctor.workers import StackDumpHook
 
@@ -66,6 +66,7 @@ class Building:
     generator: torch.Generator  # the workers' base seed is drawn from it
     stack_dir: Callable[[], str]  # the guard's temporary folder, made when first asked for
     waits: RecentWaits  # shared by every internal loader: the watchdog's yardstick
+    listeners: list[Listener]  # the guard's: every internal loader's tap reports to them (a watch, say)
 
 
 class Resume(Protocol):
@@ -88,9 +89,9 @@ class Resume(Protocol):
     def skip_killer(self, index: int | None, death: str) -> bool: ...
 
 
-def _tap(loader: DataLoader, settings: Settings, waits: RecentWaits) -> Tap:
-    tap = Tap(loader, [], start_method=settings.effective_start_method)
-    tap.waits = waits
+def _tap(loader: DataLoader, building: Building) -> Tap:
+    tap = Tap(loader, building.listeners, start_method=building.settings.effective_start_method)
+    tap.waits = building.waits
     return tap
 
 
@@ -146,7 +147,7 @@ class PlanResume:
         dataset = GuardedSamples(spec.dataset, None if reports is None else reports.path, in_hand, self.killers)
         hook = UsersDatasetHook(_stack_hook(building), dataset.inner, in_hand)
         loader = spec.build(settings, dataset=dataset, worker_hook=hook)
-        return Inner(loader, sampler, settings, _tap(loader, settings, building.waits), reports, in_hand=in_hand)
+        return Inner(loader, sampler, settings, _tap(loader, building), reports, in_hand=in_hand)
 
     def stale(self, inner: Inner) -> bool:
         return False  # workers alive from the epoch before take the next plan as they are
@@ -259,7 +260,7 @@ class StreamResume:
         )
         hook = UsersDatasetHook(_stack_hook(building), stream.inner)
         loader = spec.build(settings, dataset=stream, worker_hook=hook)
-        return Inner(loader, None, settings, _tap(loader, settings, building.waits), stream=stream)
+        return Inner(loader, None, settings, _tap(loader, building), stream=stream)
 
     def stale(self, inner: Inner) -> bool:
         """Whether persistent workers kept from the epoch before must be replaced: they were started as other

@@ -10,6 +10,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from loaderdoctor.limit import limit_words
 from loaderdoctor.recording import Recording
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification, measurements
 from loaderdoctor.settings import Settings
@@ -32,18 +33,21 @@ def render(report: Report, console: Console) -> None:
 
 def _loader(lr: LoaderReport) -> Group:
     rec = lr.recording
-    parts: list[Any] = [Text(f"loader '{lr.name}'", style="bold underline"), _measured(rec)]
+    parts: list[Any] = [Text(f"loader '{lr.name}'", style="bold underline"), _measured(rec, lr)]
     if not lr.findings:
         parts.append(Text("  No problems found.", style="green"))
     for finding in lr.findings:
         parts.append(finding_view(finding))
     if lr.verification is not None:
         parts.append(_verification(rec.settings, lr.verification))
+    if lr.epoch_cost is not None:
+        parts.append(Text(f"  {lr.epoch_cost.words()[0].upper()}{lr.epoch_cost.words()[1:]}.", style="bold"))
     return Group(*parts)
 
 
-def _measured(rec: Recording) -> Table:
-    m = measurements(rec)
+def _measured(rec: Recording, lr: LoaderReport) -> Table:
+    limit = lr.limit
+    m = measurements(rec, limit)
     table = Table.grid(padding=(0, 2))
     table.add_column(style="dim", justify="right")
     table.add_column()
@@ -70,6 +74,9 @@ def _measured(rec: Recording) -> Table:
         )
     else:
         table.add_row("waiting", "[dim]no training step given: pass --step-ms to judge whether loading keeps up[/]")
+    v = lr.verification
+    fixed = v.after if v is not None and v.speedup is not None else None
+    table.add_row("limit", limit_words(limit, m["batches_per_s"], fixed))
     firsts = ", ".join("-" if s is None else f"{s:.2f} s" for s in m["first_batch_s"])
     table.add_row("first batch", f"{firsts} (per epoch, from iter())")
     if m["worker_uss_mb_max"] is not None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from loaderdoctor.recording import Recording
 from loaderdoctor.report import SEVERITIES, Finding
 from loaderdoctor.rules.data import duplicate_samples, sample_errors
+from loaderdoctor.rules.distributed import set_epoch_never_called
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
 from loaderdoctor.rules.locks import lock_contention
 from loaderdoctor.rules.memory import memory_growth, pin_memory
@@ -29,6 +30,7 @@ RULES: tuple[Rule, ...] = (
     stray_workers,
     pin_memory,
     lock_contention,
+    set_epoch_never_called,
     input_bound,
 )
 

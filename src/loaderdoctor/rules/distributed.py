@@ -1,8 +1,10 @@
-"""Rules across the ranks of a distributed run: how the ranks split the samples (distributed-sampler). They read
-what each rank's loader is and gave (scale.results.LoaderFacts), not a single Recording."""
+"""Rules about how a distributed run's ranks split and shuffle the samples (distributed-sampler): across the
+ranks of scale, from what each rank's loader is and gave (scale.results.LoaderFacts); and in a watched run, from
+the epochs its sampler held (a shuffle that never changes because set_epoch() is never called)."""
 
 from __future__ import annotations
 
+from loaderdoctor.recording import Recording
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
 from loaderdoctor.scale.results import LoaderFacts
@@ -122,4 +124,23 @@ def _uneven_steps(steps: dict[int, int]) -> Finding:
         "drop the remainder on every rank).",
         snippet=MAP_STYLE_SNIPPET,
         impact=1.0,
+    )
+
+
+def set_epoch_never_called(rec: Recording) -> Finding | None:
+    """A shuffling sampler with set_epoch() (DistributedSampler) that held the same epoch at every iter() of a
+    watched run of two epochs or more: set_epoch() was never called, and every epoch drew the same order."""
+    held = [e.sampler_epoch for e in rec.epochs if e.sampler_epoch is not None]
+    if len(held) < 2 or len(set(held)) > 1:
+        return None
+    return Finding(
+        rule="distributed-sampler",
+        severity="warning",
+        title=f"set_epoch() was never called: the sampler shuffled the same order in all {len(held)} epochs",
+        evidence={"epochs": len(held), "sampler_epoch": held[0]},
+        fix=f"The DistributedSampler's epoch stayed {held[0]} at the start of each of {len(held)} epochs: it seeds "
+        "the shuffle, so every epoch visited the samples in the same order (and every rank the same part of "
+        "it). Call sampler.set_epoch(epoch) before iterating each epoch.",
+        snippet=MAP_STYLE_SNIPPET,
+        impact=0.0,  # it costs no time, but each epoch repeats the last one's order
     )

@@ -10,6 +10,7 @@ there, and a lock they wait on briefly between idle stretches still costs each s
 from __future__ import annotations
 
 from loaderdoctor.activity import LockCalls, WorkerActivity, WorkerSite
+from loaderdoctor.forksafety import recorded_hazards
 from loaderdoctor.recording import Recording, wait_fraction
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent, time_cost_severity
@@ -64,6 +65,10 @@ def lock_contention(rec: Recording) -> Finding | None:
     """The workers wait on a lock: where, which, its share of their time, and what to do about it."""
     activity = rec.worker_activity
     if activity is None or activity.lock_free:
+        return None
+    if rec.stall is not None and rec.start_method == "fork" and recorded_hazards(rec):
+        # Workers forked while threads ran, stuck on a lock: the copy of a lock a thread held at the fork, which
+        # nobody will release. fork-unsafe names that cause; the lock is its symptom.
         return None
     fraction = wait_fraction(rec)
     if rec.step_s is not None and fraction is None:

@@ -1,0 +1,38 @@
+"""keep_run(): a finished run compared with the earlier runs of its name (run-degradation), then saved."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from loaderdoctor.errors import LoaderDoctorError
+from loaderdoctor.history.records import RunRecord
+from loaderdoctor.history.store import HistoryWarning, history_path, load_runs, save_run
+from loaderdoctor.report import SEVERITIES, Finding
+from loaderdoctor.rules.degradation import run_degradation
+
+# Earlier runs of the same name read for the comparison (the rule takes the latest comparable ones of them).
+EARLIER_RUNS = 50
+
+
+def keep_run(run: RunRecord, path: Path | None = None) -> Finding | None:
+    """Compare `run` with the earlier runs of its name and add a run-degradation finding to it when it is
+    clearly slower; then save it. The finding, or None. Never raises: a history that cannot be read or written
+    is a HistoryWarning (the run is then saved without the comparison, or not at all, and the warning says so)."""
+    earlier: list[RunRecord] = []
+    try:
+        earlier = load_runs(name=run.name, limit=EARLIER_RUNS, path=path)
+    except LoaderDoctorError as error:
+        where = history_path() if path is None else path
+        warnings.warn(
+            f"loaderdoctor could not compare the {run.kind} run '{run.name}' with earlier runs ({where}): {error}",
+            HistoryWarning,
+            stacklevel=2,
+        )
+    finding = run_degradation(run, earlier)
+    if finding is not None:
+        run.findings = sorted(
+            [finding.to_dict(), *run.findings], key=lambda f: SEVERITIES.index(f.get("severity", "info"))
+        )
+    save_run(run, path)
+    return finding

@@ -1,0 +1,178 @@
+"""The limit: the rate this host could reach for a loader and its step, from what one run measured, and which part
+binds (loading's CPU, loading's waits on I/O, or the step).
+
+Per steady batch: loading costs `cpu` CPU seconds (its workers' CPU per batch and the training process's CPU in
+next(), or all of it in next() without workers) and waits `io` seconds besides (reads, sleeps: wall time a
+loader spends per batch beyond its CPU, measurable while loading is what the step waits for). Then
+- loading's CPU allows usable cores / cpu batches per second (the CPU the step itself takes counted too);
+- loading's I/O allows as many batches in flight as workers could overlap: MAX_IO_WORKERS / (io + cpu);
+- the step allows 1 / step.
+The limit is the least of those known; a part that cannot be measured is left out and said why, never guessed."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from loaderdoctor.recording import Recording, interval_s, steady_batches
+from loaderdoctor.usage import loading_cpu, main_step_cpu_s
+
+# Workers that could overlap waits on I/O at most (the rules' MAX_IO_WORKERS: beyond, memory and open files cost
+# more than the reads in flight gain).
+MAX_IO_WORKERS = 16
+# Below this share of a batch's loading time, waits on I/O are noise around the CPU's figure: no I/O part.
+MIN_IO_SHARE = 0.2
+# Loading is what the step waits for when the loop waits at least this share of the time: only then does a
+# batch's interval show how long a loader takes per batch.
+LOADING_SHOWS = 0.05
+
+BINDS = ("loading-cpu", "loading-io", "step")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The rate this host could reach, its parts, and what binds; batches_per_s is None when no part is known,
+    with `unknown` saying why each missing part could not be measured."""
+
+    batches_per_s: float | None
+    binds: str | None  # one of BINDS, or None when nothing is known
+    loading_cpu_batches_per_s: float | None
+    loading_io_batches_per_s: float | None
+    step_batches_per_s: float | None
+    cpu_s_per_batch: float | None  # loading's CPU per batch, workers' and the training process's in next()
+    step_cpu_s_per_batch: float | None  # the CPU the training process used in the step, per batch
+    io_s_per_batch: float | None  # a loader's wall time per batch beyond its CPU
+    step_s: float | None
+    usable_cores: float
+    unknown: dict[str, str]  # part -> why it could not be measured
+
+    def to_dict(self) -> dict[str, Any]:
+        def r(value: float | None, digits: int = 4) -> float | None:
+            return None if value is None else round(value, digits)
+
+        return {
+            "batches_per_s": r(self.batches_per_s, 3),
+            "binds": self.binds,
+            "loading_cpu_batches_per_s": r(self.loading_cpu_batches_per_s, 3),
+            "loading_io_batches_per_s": r(self.loading_io_batches_per_s, 3),
+            "step_batches_per_s": r(self.step_batches_per_s, 3),
+            "cpu_ms_per_batch": r(None if self.cpu_s_per_batch is None else self.cpu_s_per_batch * 1000, 3),
+            "step_cpu_ms_per_batch": r(
+                None if self.step_cpu_s_per_batch is None else self.step_cpu_s_per_batch * 1000, 3
+            ),
+            "io_ms_per_batch": r(None if self.io_s_per_batch is None else self.io_s_per_batch * 1000, 3),
+            "step_ms": r(None if self.step_s is None else self.step_s * 1000, 3),
+            "usable_cores": self.usable_cores,
+            "unknown": dict(self.unknown),
+        }
+
+
+def _loading_cpu_s(rec: Recording) -> tuple[float | None, str | None]:
+    """Loading's CPU seconds per steady batch, or None and why."""
+    steady = steady_batches(rec)
+    if not steady:
+        return None, "no steady batch was measured"
+    in_next = statistics.mean(b.wait_cpu_s for b in steady)
+    if rec.settings.num_workers == 0:
+        return in_next, None
+    cpu = loading_cpu(rec)
+    interval = interval_s(rec)
+    if cpu is None or interval is None:
+        return None, "the workers' CPU was not sampled over steady running (a run too short to sample)"
+    return cpu.cores * interval + in_next, None
+
+
+def _io_s(rec: Recording, cpu_s: float | None) -> tuple[float | None, str | None]:
+    """A loader's wall time per batch beyond its CPU, or None and why: measurable only while the loop waits for
+    loading (then each of W loaders takes W intervals per batch)."""
+    steady = steady_batches(rec)
+    if cpu_s is None or not steady:
+        return None, "loading's CPU per batch is unknown"
+    waited = sum(b.wait_s for b in steady)
+    total = sum(b.wait_s + b.step_s for b in steady)
+    if total <= 0 or waited / total < LOADING_SHOWS:
+        return None, "loading kept up with the step: its waits, if any, were hidden"
+    loaders = max(1, rec.settings.num_workers)
+    if rec.settings.num_workers == 0:
+        per_batch = statistics.mean(b.wait_s for b in steady)
+    else:
+        per_batch = loaders * total / len(steady)
+    return max(0.0, per_batch - cpu_s), None
+
+
+def host_limit(rec: Recording) -> Limit:
+    """The limit of `rec`'s loader and step on its host (see the module's docstring)."""
+    unknown: dict[str, str] = {}
+    usable = rec.host.usable_cores
+    cpu_s, why = _loading_cpu_s(rec)
+    if why:
+        unknown["loading-cpu"] = why
+    step_cpu = main_step_cpu_s(rec) if cpu_s is not None else None
+    cpu_rate = None
+    if cpu_s is not None and cpu_s + (step_cpu or 0.0) > 0:
+        cpu_rate = usable / (cpu_s + (step_cpu or 0.0))
+    io_s, why = _io_s(rec, cpu_s)
+    io_rate = None
+    if why:
+        unknown["loading-io"] = why
+    elif io_s is not None and cpu_s is not None and io_s >= MIN_IO_SHARE * (io_s + cpu_s):
+        io_rate = MAX_IO_WORKERS / (io_s + cpu_s)
+    steps = [b.step_s for b in steady_batches(rec)]
+    step_s = statistics.mean(steps) if steps and rec.step_s is not None else None
+    step_rate = 1.0 / step_s if step_s else None
+    if step_rate is None:
+        unknown["step"] = "no training step" if rec.step_s is None else "the step took no measurable time"
+    parts = {"loading-cpu": cpu_rate, "loading-io": io_rate, "step": step_rate}
+    known = {name: rate for name, rate in parts.items() if rate is not None}
+    binds = min(known, key=lambda name: known[name]) if known else None
+    return Limit(
+        batches_per_s=known[binds] if binds else None,
+        binds=binds,
+        loading_cpu_batches_per_s=cpu_rate,
+        loading_io_batches_per_s=io_rate,
+        step_batches_per_s=step_rate,
+        cpu_s_per_batch=cpu_s,
+        step_cpu_s_per_batch=step_cpu,
+        io_s_per_batch=io_s,
+        step_s=step_s,
+        usable_cores=usable,
+        unknown=unknown,
+    )
+
+
+def share_of_limit(rate: float | None, limit: Limit) -> float | None:
+    """`rate` as a share of the limit; None when either is unknown."""
+    if rate is None or not limit.batches_per_s:
+        return None
+    return rate / limit.batches_per_s
+
+
+_BINDS_WORDS = {
+    "loading-cpu": "loading's CPU binds ({cpu:.0f} ms of CPU per batch on {cores:g} cores)",
+    "loading-io": "loading's waits bind ({io:.0f} ms per batch beyond its CPU, {workers} workers overlapping them)",
+    "step": "the step binds ({step:.1f} ms per batch)",
+}
+
+
+def limit_words(limit: Limit, rate: float | None, fixed_rate: float | None = None) -> str:
+    """'40% of this host's limit of 39 batches/s: loading's CPU binds (52 ms of CPU per batch on 2 cores); the
+    fix reaches 95%', or why the limit is unknown."""
+    if limit.batches_per_s is None or limit.binds is None:
+        reasons = "; ".join(f"{part}: {why}" for part, why in limit.unknown.items())
+        return f"unknown ({reasons})"
+    binds = _BINDS_WORDS[limit.binds].format(
+        cpu=(limit.cpu_s_per_batch or 0.0) * 1000,
+        cores=limit.usable_cores,
+        io=(limit.io_s_per_batch or 0.0) * 1000,
+        workers=MAX_IO_WORKERS,
+        step=(limit.step_s or 0.0) * 1000,
+    )
+    share = share_of_limit(rate, limit)
+    text = f"this host's limit is {limit.batches_per_s:.1f} batches/s: {binds}"
+    if share is not None:
+        text = f"{share:.0%} of {text}"
+    fixed = share_of_limit(fixed_rate, limit)
+    if fixed is not None:
+        text += f"; the fix reaches {fixed:.0%}"
+    return text

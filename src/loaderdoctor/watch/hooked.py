@@ -1,0 +1,292 @@
+"""HookedLoader: one loader of a trainer measured from the hooks around its batches alone, as the tap's events
+for a RunRecorder, so that a trainer's run gets the Recording, the rules and the history of watch().
+
+The wait for a batch runs from the end hook of the batch before (or from its epoch's start) to this batch's
+start hook, less the time set aside meanwhile (a validation run inside a training epoch is neither the training
+step nor a wait for training data); the step runs from the start hook to the end hook."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psutil
+from torch.utils.data import DataLoader
+
+from loaderdoctor.forksafety import iterator_facts
+from loaderdoctor.history.records import now_iso
+from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.report import LoaderReport
+from loaderdoctor.rules import diagnose
+from loaderdoctor.settings import LoaderSpec
+from loaderdoctor.snapshot import take_snapshot
+from loaderdoctor.tap import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated, batch_nbytes, batch_samples
+from loaderdoctor.watch.progress import Progress
+from loaderdoctor.watch.recorder import RunRecorder, loader_facts, sampler_epoch
+from loaderdoctor.watch.watched import finish_run
+
+Moment = tuple[float, float]  # (clock, the process's CPU seconds) at a hook
+_TORCH_DATA_DIR = os.path.join("torch", "utils", "data") + os.sep
+
+
+@dataclasses.dataclass(frozen=True)
+class Stretch:
+    """A loader's figures since the last stretch: what a trainer's logger is given every few steps."""
+
+    batches: int
+    batches_per_s: float | None
+    wait_fraction: float | None  # of the time in waits and steps
+
+
+def raised_in_loading(error: BaseException) -> bool:
+    """Whether `error` was raised from within torch's DataLoader (a sample that raised, a worker that died),
+    rather than by the training step, a callback or a logger."""
+    tb = error.__traceback__
+    while tb is not None:
+        if _TORCH_DATA_DIR in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class HookedLoader:
+    """One loader (or a trainer's combination of loaders, measured as one) observed through a trainer's hooks.
+    `workers()` names its worker pids at each epoch's first batch (see WorkerCensus); `batches_per_epoch` is
+    what the trainer takes of it per epoch."""
+
+    def __init__(
+        self,
+        name: str,
+        loaders: Sequence[DataLoader],
+        *,
+        batches_per_epoch: int | None,
+        workers: Callable[[], list[int]],
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        self.name = name
+        self.loader = loaders[0]
+        self.settings = LoaderSpec.from_loader(self.loader).settings
+        facts = dataclasses.replace(loader_facts(self.loader, self.settings), batches_per_epoch=batches_per_epoch)
+        loader = self.loader
+        self.recorder = RunRecorder(
+            facts, clock=clock, sampler_epoch=lambda: sampler_epoch(loader), is_death=self._is_death
+        )
+        self.worker_pids: list[int] = []
+        self.sampler = self.recorder.worker_sampler(lambda: self.worker_pids)
+        self.started_at = now_iso()
+        self.snapshot = take_snapshot()
+        self.epoch = -1
+        self._workers = workers
+        self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._epoch_from: Moment | None = None  # the epoch's start, until its first batch opens it in the recorder
+        self._facts: IteratorFacts | None = None
+        self._epoch_open = False
+        self._in_step = False
+        self._idle_from: Moment = self.moment()  # the last end hook, or the epoch's start
+        self._aside: Moment = (0.0, 0.0)  # set aside since then
+        self._paused_at: Moment | None = None
+        self._aside_total_s = 0.0
+        self._mark = (self.recorder.started, 0, 0.0, 0.0, 0.0)  # clock, batches, wait, step, set aside
+        self.finished = False
+        self.sampler.start()
+
+    def moment(self) -> Moment:
+        """Now, as the hooks mark it."""
+        return self._clock(), self._cpu_clock()
+
+    @property
+    def idle_since(self) -> Moment:
+        """When the loop last left this loader's step (its last end hook), or began its epoch."""
+        return self._idle_from
+
+    @property
+    def in_step(self) -> bool:
+        return self._in_step
+
+    # The hooks
+
+    def epoch_started(self, at: Moment | None = None, facts: IteratorFacts | None = None) -> None:
+        """A new epoch begins (at `at`, default now), just before the trainer's iter() of the loader; `facts`
+        are the main process's as that iter() started workers (taken now when not given and workers start)."""
+        self.epoch_ended()
+        self.epoch += 1
+        self._epoch_from = self._idle_from = at or self.moment()
+        self._aside, self._paused_at = (0.0, 0.0), None
+        self._in_step = False
+        settings = self.settings
+        fresh = settings.num_workers == 0 or not settings.persistent_workers or self.epoch == 0
+        if not fresh:
+            self._facts = None
+        elif facts is None:
+            self._facts = iterator_facts(self.epoch, settings.effective_start_method)
+        else:
+            self._facts = dataclasses.replace(facts, epoch=self.epoch, start_method=settings.effective_start_method)
+
+    def batch_started(self, batch: Any) -> None:
+        """The trainer's hook before the step on `batch`: its wait ends."""
+        now, cpu = self.moment()
+        first_batch_s = None
+        if self._epoch_from is not None:
+            first_batch_s = now - self._epoch_from[0]
+            self._open_epoch(now)
+        wait_s, wait_cpu_s = self._waited(now, cpu)
+        self.recorder.on_event(
+            BatchDelivered(
+                epoch=self.epoch,
+                index=self._batch_index(),
+                wait_s=wait_s,
+                wait_cpu_s=wait_cpu_s,
+                nbytes=batch_nbytes(batch),
+                samples=batch_samples(batch, self.loader.batch_size or 1),
+                first_batch_s=first_batch_s,
+            )
+        )
+        self._in_step = True
+
+    def batch_ended(self) -> None:
+        """The trainer's hook after the step: the step ends, the wait for the next batch begins."""
+        if not self._in_step:
+            return
+        self.recorder.close_step()
+        self._in_step = False
+        self._idle_from = self.moment()
+        self._aside, self._paused_at = (0.0, 0.0), None
+
+    def epoch_ended(self) -> None:
+        """The epoch's last batch went by (a later call for the same epoch does nothing)."""
+        if self._epoch_open:
+            self._epoch_open = False
+            self._in_step = False
+            tally = self.recorder.tally
+            batches = tally.batches if tally is not None else 0
+            started = tally.started if tally is not None else self._clock()
+            self.recorder.on_event(EpochEnded(self.epoch, batches, self._clock() - started))
+        self._epoch_from = None
+
+    def pause(self, at: Moment | None = None) -> None:
+        """From `at` (default now) the time is not this loader's: another loader runs (validation)."""
+        if self._paused_at is None:
+            self._paused_at = at or self.moment()
+
+    def resume(self) -> None:
+        """The time is this loader's again."""
+        if self._paused_at is None:
+            return
+        now, cpu = self.moment()
+        seconds, cpu_s = max(0.0, now - self._paused_at[0]), max(0.0, cpu - self._paused_at[1])
+        self._aside = (self._aside[0] + seconds, self._aside[1] + cpu_s)
+        self._aside_total_s += seconds
+        self._paused_at = None
+
+    def failed(self, error: BaseException) -> None:
+        """`error` ended the wait for the next batch (a sample that raised, a worker that died)."""
+        if self._in_step or (self._epoch_from is None and not self._epoch_open):
+            return
+        now, cpu = self.moment()
+        if self._epoch_from is not None:
+            self._open_epoch(now)
+        wait_s, _ = self._waited(now, cpu)
+        self.recorder.on_event(BatchFailed(self.epoch, self._batch_index(), wait_s, error))
+
+    # Figures as it goes
+
+    def start_stretch(self, at: float | None = None) -> None:
+        """The next stretch begins at `at` (default now)."""
+        r = self.recorder
+        self._mark = (self._clock() if at is None else at, r.delivered, r.wait_s, r.step_s, self._aside_total_s)
+
+    def stretch(self) -> Stretch:
+        """Batches, rate and wait share since the last stretch (time set aside left out); a new one begins."""
+        recorder = self.recorder
+        now = self._clock()
+        since, batches, wait_s, step_s, aside_s = self._mark
+        delivered = recorder.delivered - batches
+        seconds = now - since - (self._aside_total_s - aside_s)
+        wait, step = recorder.wait_s - wait_s, recorder.step_s - step_s
+        self.start_stretch(now)
+        return Stretch(
+            batches=delivered,
+            batches_per_s=delivered / seconds if delivered and seconds > 0 else None,
+            wait_fraction=wait / (wait + step) if delivered and wait + step > 0 else None,
+        )
+
+    def epoch_progress(self, epochs: int | None, cost_per_hour: float | None) -> Progress | None:
+        """The last epoch ended, in the figures of watch()'s epoch line; None before one ended."""
+        epochs_seen = self.recorder.rec.epochs
+        tally = self.recorder.last_tally
+        if not epochs_seen or tally is None:
+            return None
+        record = epochs_seen[-1]
+        seconds = max(record.wall_s, 1e-9)
+        busy = tally.wait_s + tally.step_s
+        return Progress(
+            name=self.name,
+            epoch=record.epoch,
+            epochs=epochs,
+            batch=record.batches,
+            batches_per_epoch=self.recorder.rec.batches_per_epoch,
+            batches_per_s=record.batches / seconds if record.batches else None,
+            samples_per_s=tally.samples / seconds if record.batches else None,
+            wait_share=tally.wait_s / busy if busy > 0 else None,
+            cost_per_hour=cost_per_hour,
+        )
+
+    # The end
+
+    def finish(self, *, history: bool, main: bool) -> LoaderReport | None:
+        """Stop measuring and diagnose the run: with `main` (rank 0) as watch() does, logged and kept in the
+        history (with `history`); on other ranks only diagnosed. None when no epoch began."""
+        if self.finished:
+            return None
+        self.finished = True
+        self.sampler.stop()
+        if self._epoch_from is not None and self.recorder.tally is None:
+            self._epoch_from = None  # workers still starting: an epoch with no batch yet is not recorded
+        if not self.recorder.rec.epochs and self.recorder.tally is None:
+            return None
+        rec = self.recorder.finish(self.settings, self.sampler)
+        if not main:
+            return LoaderReport(self.name, rec, diagnose(rec))
+        return finish_run("lightning", self.name, rec, self.started_at, self.snapshot, history=history, log_it=False)
+
+    # Inside
+
+    def _open_epoch(self, now: float) -> None:
+        """The epoch's first batch (or its failure) came: the recorder's epoch opens at the epoch's start, with the
+        workers started meanwhile."""
+        assert self._epoch_from is not None
+        self.worker_pids = self._workers()
+        create_s = now - self._epoch_from[0]
+        self.recorder.on_event(IteratorCreated(self.epoch, self._facts, list(self.worker_pids), create_s))
+        self._epoch_from = None
+        self._epoch_open = True
+
+    def _waited(self, now: float, cpu: float) -> Moment:
+        aside_s, aside_cpu_s = self._aside
+        if self._paused_at is not None:  # a failure while paused: the pause so far is set aside too
+            aside_s += now - self._paused_at[0]
+            aside_cpu_s += cpu - self._paused_at[1]
+        return (
+            max(0.0, now - self._idle_from[0] - aside_s),
+            max(0.0, cpu - self._idle_from[1] - aside_cpu_s),
+        )
+
+    def _batch_index(self) -> int:
+        tally = self.recorder.tally
+        return tally.batches if tally is not None else 0
+
+    def _is_death(self, error: BaseException) -> bool:
+        # As the tap tells a death: torch's RuntimeError while one of the workers has ended.
+        return isinstance(error, RuntimeError) and any(_ended(pid) for pid in self.worker_pids)

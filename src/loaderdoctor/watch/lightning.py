@@ -1,0 +1,419 @@
+"""LoaderDoctorCallback: watch() for a Lightning Trainer's fit, measuring its train and val loaders from the
+trainer's batch hooks, without touching the loaders.
+
+Where the time goes in Lightning's loops: a training batch is fetched between the end hook of the batch before
+and its own start hook, and for the first epoch the trainer calls iter() (starting the workers) before
+on_train_start, after the sanity check; later epochs call it just after on_train_epoch_start. Validation is
+fetched the same way, its iter() called after the training batch that precedes it and before
+on_validation_start. A validation run inside a training epoch is set aside from the training loader's wait."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import math
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from rich.console import Console
+from torch.utils.data import DataLoader
+
+from loaderdoctor.errors import LoaderDoctorWarning, UsageError
+from loaderdoctor.forksafety import iterator_facts
+from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.render.console import render
+from loaderdoctor.report import LoaderReport, Report
+from loaderdoctor.watch.census import WorkerCensus
+from loaderdoctor.watch.hooked import HookedLoader, Moment, raised_in_loading
+from loaderdoctor.watch.progress import epoch_line
+
+try:
+    from lightning.pytorch import Callback, LightningModule, Trainer
+except ImportError as error:  # pragma: no cover - the `lightning` extra is not installed
+    raise ImportError(
+        "loaderdoctor.lightning needs Lightning 2.2 or later: pip install 'loaderdoctor[lightning]'"
+    ) from error
+
+log = logging.getLogger("loaderdoctor")
+
+METRIC_PREFIX = "loaderdoctor/"
+_Hook = TypeVar("_Hook", bound=Callable[..., None])
+
+
+def _measuring(hook: _Hook) -> _Hook:
+    """A hook that never lets a failure of loaderdoctor's reach the training run: the run goes on unmeasured."""
+
+    @functools.wraps(hook)
+    def guarded(self: LoaderDoctorCallback, *args: Any, **kwargs: Any) -> None:
+        if self._fit is None or self._fit.broken or self._fit.finished:
+            return
+        try:
+            hook(self, *args, **kwargs)
+        except Exception as error:
+            self._fit.broken = True
+            warnings.warn(
+                f"loaderdoctor stopped measuring the fit: {type(error).__name__}: {error}",
+                LoaderDoctorWarning,
+                stacklevel=2,
+            )
+
+    return guarded  # type: ignore[return-value]
+
+
+def _dataloaders(iterables: Any) -> list[Any]:
+    """The loaders of what a trainer iterates: one loader, or a list or dict of them (a combined loader)."""
+    if iterables is None:
+        return []
+    if isinstance(iterables, Mapping):
+        return [loader for value in iterables.values() for loader in _dataloaders(value)]
+    if isinstance(iterables, (list, tuple)):
+        return [loader for value in iterables for loader in _dataloaders(value)]
+    return [iterables]
+
+
+def _batches(count: float | int | None) -> int | None:
+    return None if count is None or math.isinf(count) else int(count)
+
+
+class _Fit:
+    """What one fit keeps: a HookedLoader per loader (by key: "train", "val", "val_1"...), the census of their
+    workers, and where the loop stands."""
+
+    def __init__(self, base: str, trainer: Trainer) -> None:
+        self.base = base
+        self.census = WorkerCensus()
+        self.loaders: dict[str, HookedLoader] = {}
+        self.skipped: set[str] = set()  # keys whose loader cannot be measured (not a torch DataLoader)
+        # The first epoch's start: the last hook before the trainer's iter() of the train loader, with the main
+        # process's state then (the train loader is not built yet: its start method is filled in later).
+        self.fit_start: tuple[Moment, IteratorFacts] = (_moment(), iterator_facts(0, None))
+        self.log_every = 1
+        self.val_from: Moment | None = None  # when the validation run under way began (its iter())
+        self.val_facts: IteratorFacts | None = None  # the main process's state then
+        self.val_key: str | None = None  # the val loader whose batches come now
+        self.steps_since_log = 0
+        self.broken = False
+        self.finished = False
+        self.main = trainer.global_rank == 0
+
+    @property
+    def train(self) -> HookedLoader | None:
+        return self.loaders.get("train")
+
+
+def _moment() -> Moment:
+    return time.perf_counter(), time.process_time()
+
+
+def _facts_after_iter() -> IteratorFacts:
+    """The main process's state just after a validation's iter(), less the pin-memory thread that iter() itself
+    started once its workers were started (so no hazard to them)."""
+    facts = iterator_facts(0, None)
+    threads = [t for t in facts.threads if "_pin_memory_loop" not in f"{t.name} {t.runs}"]
+    return dataclasses.replace(facts, threads=threads)
+
+
+class LoaderDoctorCallback(Callback):
+    """Measures the train and val loaders of `Trainer.fit` as watch() does a loop's, with no change to them:
+    a batch's wait runs from the end hook of the batch before (at an epoch's start, from the epoch's start, which
+    holds the workers' start-up) to its start hook, its step from the start hook to the end hook; the workers'
+    memory and CPU are sampled in the background.
+
+    Every `log_every_n_steps` training batches (default: the trainer's log_every_n_steps) the trainer's loggers
+    get `loaderdoctor/train_wait_fraction` and `loaderdoctor/train_batches_per_s` over those batches (with
+    `cost_per_hour`, `loaderdoctor/train_wait_cost_per_hour` too), and at each validation run's end the same for
+    `val`. At the fit's end (or when it raises) each loader's run is diagnosed with check's rules, printed on
+    stderr, and kept in the history (unless `history` is False) under `name` (default: the LightningModule's
+    class name) followed by "/train" or "/val". Under DDP every rank measures; rank 0 alone logs, prints and
+    keeps. `reports` holds the last fit's diagnosis by run name."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        cost_per_hour: float | None = None,
+        history: bool = True,
+        log_every_n_steps: int | None = None,
+    ) -> None:
+        if name is not None and (not isinstance(name, str) or not name):
+            raise UsageError(f"LoaderDoctorCallback's name must be a non-empty string, not {name!r}")
+        if cost_per_hour is not None and (
+            isinstance(cost_per_hour, bool) or not isinstance(cost_per_hour, (int, float)) or cost_per_hour < 0
+        ):
+            raise UsageError(f"cost_per_hour must be a number, 0 or more, not {cost_per_hour!r}")
+        if log_every_n_steps is not None and (
+            isinstance(log_every_n_steps, bool) or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1
+        ):
+            raise UsageError(f"log_every_n_steps must be a whole number, 1 or more, not {log_every_n_steps!r}")
+        self.name = name
+        self.cost_per_hour = cost_per_hour
+        self.history = history
+        self.log_every_n_steps = log_every_n_steps
+        self.reports: dict[str, LoaderReport] = {}
+        self._fit: _Fit | None = None
+
+    # The fit
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.reports = {}
+        try:
+            self._fit = _Fit(self.name or type(pl_module).__name__, trainer)
+            self._fit.log_every = self.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
+        except Exception as error:  # the fit goes on unmeasured
+            self._fit = None
+            message = f"loaderdoctor cannot measure this fit: {type(error).__name__}: {error}"
+            warnings.warn(message, LoaderDoctorWarning, stacklevel=2)
+
+    @_measuring
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        assert self._fit is not None
+        self._fit.fit_start = (_moment(), iterator_facts(0, None))
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._finish(trainer)
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._failed(trainer, exception)
+        self._finish(trainer)
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._finish(trainer)  # a fit that ended without on_fit_end: its samplers stop here at the latest
+
+    # Training batches
+
+    @_measuring
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fit = self._fit
+        assert fit is not None
+        train = self._loader(trainer, "train", trainer.train_dataloader, _batches(trainer.num_training_batches))
+        if train is None:
+            return
+        if train.epoch < 0:
+            at, facts = fit.fit_start
+            train.epoch_started(at, facts)
+        else:
+            train.epoch_started()
+
+    @_measuring
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        assert self._fit is not None
+        train = self._fit.train
+        if train is not None:
+            train.batch_started(batch)
+
+    @_measuring
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        fit = self._fit
+        assert fit is not None
+        train = fit.train
+        if train is None:
+            return
+        train.batch_ended()
+        total = _batches(trainer.num_training_batches)
+        if total is not None and batch_idx + 1 >= total:
+            train.epoch_ended()  # now, not at on_train_epoch_end: the validation that follows is not the epoch's
+        fit.steps_since_log += 1
+        if fit.steps_since_log >= fit.log_every:
+            fit.steps_since_log = 0
+            self._log_metrics(trainer, "train", train)
+
+    @_measuring
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        assert self._fit is not None
+        train = self._fit.train
+        if train is None:
+            return
+        train.epoch_ended()
+        progress = train.epoch_progress(trainer.max_epochs if trainer.max_epochs != -1 else None, self.cost_per_hour)
+        if progress is not None and self._fit.main:
+            log.info("%s", epoch_line(progress, train.recorder.rec.epochs[-1].wall_s))
+
+    # Validation batches
+
+    @_measuring
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fit = self._fit
+        assert fit is not None
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        train = fit.train
+        # The validation's iter() ran after the last training batch's end hook: from there the time is its own.
+        fit.val_from = train.idle_since if train is not None and not train.in_step else _moment()
+        fit.val_facts = _facts_after_iter()
+        fit.val_key = None
+        if train is not None:
+            train.pause(fit.val_from)
+
+    @_measuring
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        fit = self._fit
+        assert fit is not None
+        loaders = _dataloaders(trainer.val_dataloaders)
+        key = "val" if len(loaders) <= 1 else f"val_{dataloader_idx}"
+        if trainer.sanity_checking:
+            # Not measured, but its workers are the val loader's: persistent ones serve the fit's validation.
+            if batch_idx == 0 and dataloader_idx < len(loaders):
+                fit.census.claim(key, [loaders[dataloader_idx]])
+            return
+        if fit.val_from is None:
+            return
+        if key != fit.val_key:
+            previous = fit.loaders.get(fit.val_key) if fit.val_key is not None else None
+            started = fit.val_from
+            if previous is not None:
+                previous.epoch_ended()
+                started = previous.idle_since  # loaders validate one after the other
+            fit.val_key = key
+            loader = loaders[dataloader_idx] if dataloader_idx < len(loaders) else None
+            batches = trainer.num_val_batches
+            count = batches[dataloader_idx] if isinstance(batches, list) and dataloader_idx < len(batches) else None
+            hooked = self._loader(trainer, key, loader, _batches(count))
+            if hooked is None:
+                return
+            hooked.epoch_started(started, fit.val_facts)
+            hooked.start_stretch(started[0])  # a validation run's figures are its own
+        hooked = fit.loaders.get(key)
+        if hooked is not None:
+            hooked.batch_started(batch)
+
+    @_measuring
+    def on_validation_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        fit = self._fit
+        assert fit is not None
+        if trainer.sanity_checking or fit.val_key is None:
+            return
+        hooked = fit.loaders.get(fit.val_key)
+        if hooked is not None:
+            hooked.batch_ended()
+
+    @_measuring
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fit = self._fit
+        assert fit is not None
+        if trainer.sanity_checking or fit.val_from is None:
+            return
+        for key, hooked in fit.loaders.items():
+            if key.startswith("val") and hooked.epoch >= 0:
+                hooked.epoch_ended()
+                self._log_metrics(trainer, key, hooked)
+
+    @_measuring
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fit = self._fit
+        assert fit is not None
+        if trainer.sanity_checking or fit.val_from is None:
+            return
+        fit.val_from = fit.val_key = None
+        if fit.train is not None:
+            fit.train.resume()
+
+    # Inside
+
+    def _loader(self, trainer: Trainer, key: str, iterables: Any, batches_per_epoch: int | None) -> HookedLoader | None:
+        """The HookedLoader of `key`, made at its first epoch; None for what cannot be measured."""
+        fit = self._fit
+        assert fit is not None
+        if key in fit.loaders:
+            return fit.loaders[key]
+        if key in fit.skipped:
+            return None
+        loaders = _dataloaders(iterables)
+        if not loaders or not all(isinstance(loader, DataLoader) for loader in loaders):
+            fit.skipped.add(key)
+            kinds = ", ".join(sorted({type(loader).__name__ for loader in loaders})) or "nothing"
+            warnings.warn(
+                f"loaderdoctor measures torch DataLoaders; the fit's {key} loader is {kinds}: not measured",
+                LoaderDoctorWarning,
+                stacklevel=3,
+            )
+            return None
+        census = fit.census
+        hooked = HookedLoader(
+            f"{fit.base}/{key}",
+            loaders,
+            batches_per_epoch=batches_per_epoch,
+            workers=lambda: census.claim(key, loaders),
+        )
+        fit.loaders[key] = hooked
+        return hooked
+
+    def _log_metrics(self, trainer: Trainer, key: str, hooked: HookedLoader) -> None:
+        """The loader's stretch since it was last logged, to every logger of the trainer (on rank 0)."""
+        fit = self._fit
+        stretch = hooked.stretch()
+        if fit is None or not fit.main or not trainer.loggers or not stretch.batches:
+            return
+        metrics: dict[str, float] = {}
+        if stretch.wait_fraction is not None:
+            metrics[f"{METRIC_PREFIX}{key}_wait_fraction"] = stretch.wait_fraction
+            if self.cost_per_hour is not None:
+                metrics[f"{METRIC_PREFIX}{key}_wait_cost_per_hour"] = self.cost_per_hour * stretch.wait_fraction
+        if stretch.batches_per_s is not None:
+            metrics[f"{METRIC_PREFIX}{key}_batches_per_s"] = stretch.batches_per_s
+        if metrics:
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+
+    @_measuring
+    def _failed(self, trainer: Trainer, exception: BaseException) -> None:
+        """An error raised while loading (not Ctrl-C, not the step's) ends the wait of the loader it came from."""
+        fit = self._fit
+        assert fit is not None
+        if not isinstance(exception, Exception) or trainer.sanity_checking or not raised_in_loading(exception):
+            return
+        if fit.val_from is None:
+            waiting = fit.train
+        else:  # during validation: its loader, once its first batch said which (else the error is left unplaced)
+            waiting = fit.loaders.get(fit.val_key) if fit.val_key is not None else None
+        if waiting is not None:
+            waiting.failed(exception)
+
+    def _finish(self, trainer: Trainer) -> None:
+        """Diagnose every loader's run; on rank 0 print the diagnosis on stderr and keep the runs. Never raises."""
+        fit = self._fit
+        if fit is None or fit.finished:
+            return
+        fit.finished = True
+        if fit.broken:  # what was recorded may be inconsistent: no diagnosis, only the samplers stopped
+            for hooked in fit.loaders.values():
+                hooked.sampler.stop()
+            return
+        reports: dict[str, LoaderReport] = {}
+        for hooked in fit.loaders.values():
+            try:
+                report = hooked.finish(history=self.history, main=fit.main)
+            except Exception as error:  # a diagnosis is not worth the training run's end
+                warnings.warn(
+                    f"loaderdoctor could not diagnose '{hooked.name}': {type(error).__name__}: {error}",
+                    LoaderDoctorWarning,
+                    stacklevel=2,
+                )
+                continue
+            if report is not None:
+                reports[hooked.name] = report
+        self.reports = reports
+        if reports and fit.main:
+            _print(Report(f"{fit.base} (Lightning fit)", reports))
+
+
+def _print(report: Report) -> None:
+    try:
+        render(report, Console(stderr=True))
+    except Exception as error:
+        log.warning("loaderdoctor could not print its diagnosis: %s: %s", type(error).__name__, error)

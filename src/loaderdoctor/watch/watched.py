@@ -1,0 +1,356 @@
+"""watch(): a DataLoader (plain or guarded) observed in the user's own training loop, diagnosed at its end."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from loaderdoctor.errors import LoaderDoctorWarning, UsageError
+from loaderdoctor.guard.loader import GuardedLoader
+from loaderdoctor.history.keep import keep_run
+from loaderdoctor.history.records import now_iso, run_record
+from loaderdoctor.host import OWN_THREAD_PREFIX
+from loaderdoctor.recording import Recording, delivered_batches
+from loaderdoctor.report import LoaderReport
+from loaderdoctor.rules import diagnose, order
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.snapshot import HostSnapshot, take_snapshot
+from loaderdoctor.tap import EpochEnded, Event, Tap, is_worker_death
+from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
+from loaderdoctor.watch.recorder import RunRecorder, loader_facts, sampler_epoch
+from loaderdoctor.words import plural
+
+log = logging.getLogger("loaderdoctor")
+
+DEFAULT_LOG_EVERY_S = 60.0
+
+
+def watch(
+    loader: DataLoader | GuardedLoader,
+    name: str | None = None,
+    *,
+    epochs: int | None = None,
+    cost_per_hour: float | None = None,
+    history: bool = True,
+    log_every_s: float = DEFAULT_LOG_EVERY_S,
+) -> WatchedLoader:
+    """`loader`, observed in the training loop that iterates it (`for batch in watch(loader): ...`): per batch
+    the wait in next() and the step after it, per epoch its start-up and rate, the workers' memory and CPU in
+    the background. Every `log_every_s` and at each epoch's end one line goes to the "loaderdoctor" logger (rate,
+    wait share, ETA of the epoch and, with `epochs`, of the run; with `cost_per_hour`, what the wait costs).
+    close() (or the end of a `with` block, garbage collection, or the interpreter's exit, whichever comes first)
+    runs check's rules on what was measured, logs the diagnosis, and saves the run in the history (unless
+    `history` is False). `name` (default: the file and line of this call) is what runs are compared by; in a
+    distributed run each rank's is its own ("train/rank1")."""
+    if name is None:
+        caller = sys._getframe(1)
+        name = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"
+    if isinstance(name, str) and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        name = f"{name}/rank{dist.get_rank()}"
+    return WatchedLoader(
+        loader, name, epochs=epochs, cost_per_hour=cost_per_hour, history=history, log_every_s=log_every_s
+    )
+
+
+def _check_options(loader: Any, name: str, epochs: Any, cost_per_hour: Any, log_every_s: Any) -> None:
+    if not isinstance(loader, (DataLoader, GuardedLoader)):
+        kind = f"{type(loader).__module__}.{type(loader).__name__}"
+        raise UsageError(
+            f"watch() expects a torch.utils.data.DataLoader or a loaderdoctor.DataLoader, got {kind}",
+            hint="pass the DataLoader itself: watch(loader), then iterate what watch() returns",
+        )
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"watch()'s name must be a non-empty string, not {name!r}")
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+        raise UsageError(f"epochs must be a whole number, 1 or more, not {epochs!r}")
+    for option, value in (("cost_per_hour", cost_per_hour), ("log_every_s", log_every_s)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise UsageError(f"{option} must be a number, 0 or more, not {value!r}")
+    if not log_every_s:
+        raise UsageError("log_every_s must be more than 0 seconds")
+
+
+class WatchRun:
+    """What a watch keeps, apart from the WatchedLoader (so that its finalizer can end it): the recorder, the
+    workers' sampler, the thread that logs progress, and the end of the run."""
+
+    def __init__(
+        self,
+        name: str,
+        guarded: GuardedLoader | None,
+        user_loader: DataLoader,
+        settings: Callable[[], Settings],
+        *,
+        epochs: int | None,
+        cost_per_hour: float | None,
+        history: bool,
+        log_every_s: float,
+        waiting_since: Callable[[], float | None],
+        torch_iterator: Callable[[], Any],
+    ) -> None:
+        self.name = name
+        self.guarded = guarded
+        self.settings = settings
+        self.epochs = epochs
+        self.cost_per_hour = cost_per_hour
+        self.history = history
+        self.log_every_s = log_every_s
+        self.waiting_since = waiting_since
+        self.started_at = now_iso()
+        self.snapshot = take_snapshot()
+        self.recorder = RunRecorder(
+            loader_facts(user_loader, settings()),
+            sampler_epoch=lambda: sampler_epoch(user_loader),
+            is_death=lambda error: is_worker_death(error, torch_iterator()),
+        )
+        self.sampler = self.recorder.worker_sampler(lambda: self.recorder.worker_pids)
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name=OWN_THREAD_PREFIX + "watch", daemon=True)
+        self._lock = threading.Lock()
+        self._last_tick = (self.recorder.started, 0, 0.0, 0, 0.0)  # clock, batches, wait, samples, step
+        self.running = False
+        self.closed = False
+        self.report: LoaderReport | None = None
+        self.failed = False  # the recording broke: the loop goes on, unwatched
+
+    def start(self) -> None:
+        """At the first iter(): the sampler and the progress lines begin."""
+        if not self.running:
+            self.running = True
+            self.sampler.start()
+            self._ticker.start()
+
+    def on_event(self, event: Event) -> None:
+        """The tap's listener: never lets a failure of its own reach the training loop."""
+        if self.failed or self.closed:
+            return
+        try:
+            self.recorder.on_event(event)
+            if isinstance(event, EpochEnded):
+                self._log_epoch_end(event)
+        except Exception as error:  # the run goes on unwatched rather than fail
+            self.failed = True
+            warnings.warn(
+                f"loaderdoctor watch '{self.name}' stopped recording: {type(error).__name__}: {error}",
+                LoaderDoctorWarning,
+                stacklevel=2,
+            )
+
+    # Progress lines
+
+    def _progress(self, stretch: tuple[float, int, float, int, float], now: float) -> Progress:
+        recorder = self.recorder
+        tally = recorder.tally or recorder.last_tally
+        since, batches, wait_s, samples, step_s = stretch
+        delivered = recorder.delivered - batches
+        seconds = now - since
+        wait = recorder.wait_s - wait_s
+        busy = wait + recorder.step_s - step_s
+        waiting = self.waiting_since()
+        return Progress(
+            name=self.name,
+            epoch=tally.epoch if tally is not None else 0,
+            epochs=self.epochs,
+            batch=tally.batches if tally is not None else 0,
+            batches_per_epoch=recorder.rec.batches_per_epoch,
+            batches_per_s=delivered / seconds if delivered and seconds > 0 else None,
+            samples_per_s=(self.recorder.samples - samples) / seconds if delivered and seconds > 0 else None,
+            wait_share=wait / busy if delivered and busy > 0 else None,
+            cost_per_hour=self.cost_per_hour,
+            waiting_s=None if waiting is None or now - waiting < 1.0 else now - waiting,
+        )
+
+    def _stretch_now(self, now: float) -> tuple[float, int, float, int, float]:
+        r = self.recorder
+        return (now, r.delivered, r.wait_s, r.samples, r.step_s)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.log_every_s):
+            try:
+                with self._lock:
+                    now = self.recorder.clock()
+                    line = progress_line(self._progress(self._last_tick, now))
+                    self._last_tick = self._stretch_now(now)
+                    self.recorder.other_load.observe()
+                log.info("%s", line)
+            except Exception as error:  # a progress line is not worth a training run
+                log.debug("watch progress line failed: %s", error)
+
+    def _log_epoch_end(self, event: EpochEnded) -> None:
+        epochs = self.recorder.rec.epochs
+        if not epochs:
+            return
+        record = epochs[-1]
+        seconds = max(record.wall_s, 1e-9)
+        tally = self.recorder.last_tally
+        wait = tally.wait_s if tally is not None else 0.0
+        busy = wait + (tally.step_s if tally is not None else 0.0)
+        samples = tally.samples if tally is not None else 0
+        progress = Progress(
+            name=self.name,
+            epoch=record.epoch,
+            epochs=self.epochs,
+            batch=record.batches,
+            batches_per_epoch=self.recorder.rec.batches_per_epoch,
+            batches_per_s=record.batches / seconds if record.batches else None,
+            samples_per_s=samples / seconds if record.batches else None,
+            wait_share=wait / busy if busy > 0 else None,
+            cost_per_hour=self.cost_per_hour,
+        )
+        log.info("%s", epoch_line(progress, record.wall_s))
+
+    # The end
+
+    def close(self) -> LoaderReport | None:
+        """Stop watching, diagnose the run, log the diagnosis and keep the run; the report (None when the
+        recording broke, or nothing was iterated). Never raises: a failure here is a warning, and the training
+        run goes on."""
+        if self.closed:
+            return self.report
+        self.closed = True
+        self._stop.set()
+        if self._ticker.is_alive() and self._ticker is not threading.current_thread():
+            self._ticker.join()
+        self.sampler.stop()
+        if self.guarded is not None:
+            with contextlib.suppress(ValueError):
+                self.guarded.listeners.remove(self.on_event)
+        if self.failed or not self.running:
+            return None
+        try:
+            self.report = self._diagnose()
+        except Exception as error:
+            warnings.warn(
+                f"loaderdoctor watch '{self.name}' could not finish: {type(error).__name__}: {error}",
+                LoaderDoctorWarning,
+                stacklevel=2,
+            )
+        return self.report
+
+    def _diagnose(self) -> LoaderReport:
+        rec = self.recorder.finish(self.settings(), self.sampler)
+        return finish_run("watch", self.name, rec, self.started_at, self.snapshot, history=self.history)
+
+
+def finish_run(
+    kind: str, name: str, rec: Recording, started_at: str, snapshot: HostSnapshot, *, history: bool, log_it: bool = True
+) -> LoaderReport:
+    """A watched run's end, for watch() and the Lightning callback alike: check's rules on its Recording, the
+    comparison with earlier runs of its name and the run kept in the history (with `history`), the diagnosis
+    logged (with `log_it`: the Lightning callback prints its report instead). The report."""
+    report = LoaderReport(name, rec, diagnose(rec))
+    if history:
+        run = run_record(kind, name, report, started_at, now_iso(), snapshot.to_dict())
+        degraded = keep_run(run)
+        if degraded is not None:
+            report.findings = order([*report.findings, degraded])
+    if log_it:
+        _log_diagnosis(kind, report)
+    return report
+
+
+def _log_diagnosis(kind: str, report: LoaderReport) -> None:
+    rec = report.recording
+    if not report.findings:
+        log.info("%s '%s': %s delivered, no finding", kind, report.name, plural(delivered_batches(rec), "batch"))
+        return
+    for finding in report.findings:
+        level = logging.INFO if finding.severity == "info" else logging.WARNING
+        log.log(level, "%s '%s': %s [%s] %s; fix: %s", kind, report.name, finding.severity, finding.rule,
+                finding.title, finding.fix)  # fmt: skip
+
+
+class WatchedLoader:
+    """Iterates as the loader it watches, batch for batch (its attributes read through); see watch()."""
+
+    def __init__(
+        self,
+        loader: DataLoader | GuardedLoader,
+        name: str,
+        *,
+        epochs: int | None = None,
+        cost_per_hour: float | None = None,
+        history: bool = True,
+        log_every_s: float = DEFAULT_LOG_EVERY_S,
+    ) -> None:
+        _check_options(loader, name, epochs, cost_per_hour, log_every_s)
+        self.loader = loader
+        self.name = name
+        self._epoch = -1
+        guarded = loader if isinstance(loader, GuardedLoader) else None
+        user_loader = guarded.loader if guarded is not None else loader
+        if guarded is not None:
+            self._tap = None
+            settings: Callable[[], Settings] = lambda: guarded.settings  # noqa: E731
+            waiting: Callable[[], float | None] = lambda: None  # noqa: E731
+            inner: Callable[[], Any] = lambda: None  # noqa: E731
+        else:
+            fixed = LoaderSpec.from_loader(loader).settings
+            settings = lambda: fixed  # noqa: E731
+            tap = self._tap = Tap(loader, [], start_method=fixed.effective_start_method)
+            waiting = lambda: getattr(tap.current, "waiting_since", None)  # noqa: E731
+            inner = tap.torch_iterator
+        self._run = WatchRun(
+            name,
+            guarded,
+            user_loader,
+            settings,
+            epochs=epochs,
+            cost_per_hour=cost_per_hour,
+            history=history,
+            log_every_s=float(log_every_s),
+            waiting_since=waiting,
+            torch_iterator=inner,
+        )
+        if self._tap is not None:
+            self._tap.listeners.append(self._run.on_event)
+        elif guarded is not None:
+            guarded.listeners.append(self._run.on_event)
+        self._finalizer = weakref.finalize(self, self._run.close)
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._finalizer.alive:
+            raise UsageError(
+                f"the watch '{self.name}' was closed: its run is diagnosed and kept",
+                hint="call watch(loader) again to watch a new run",
+            )
+        self._run.start()
+        if self._tap is None:
+            return iter(self.loader)
+        self._epoch += 1
+        return self._tap.epoch(self._epoch)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("loader", "_run", "_tap", "_finalizer"):
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    @property
+    def report(self) -> LoaderReport | None:
+        """The diagnosis, once closed."""
+        return self._run.report
+
+    def close(self) -> LoaderReport | None:
+        """End the watch: diagnose the run so far, log it, keep it in the history. Safe to call again."""
+        if self._finalizer.alive:
+            return self._finalizer()
+        return self._run.report
+
+    def __enter__(self) -> WatchedLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,186 @@
+"""watch() on real training loops: the diagnosis from real steps, the history, a run slower than the last, a loop
+that raises, a guarded loader, and a DistributedSampler whose set_epoch() is never called."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+import loaderdoctor
+from loaderdoctor.history.store import load_runs
+from loaderdoctor.watch import watch
+
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(180)]
+
+
+class Busy(Dataset):
+    """Each sample costs `ms` of CPU in the process that loads it."""
+
+    def __init__(self, ms: float, size: int = 160) -> None:
+        self.ms, self.size = ms, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        until = time.perf_counter() + self.ms / 1000
+        while time.perf_counter() < until:
+            pass
+        return torch.full((4,), float(index))
+
+
+def _train(loader, name: str, *, epochs: int, step_s: float, **options):
+    watched = watch(loader, name, epochs=epochs, **options)
+    for _ in range(epochs):
+        for _batch in watched:
+            time.sleep(step_s)
+    return watched.close()
+
+
+def test_a_starved_loop_is_input_bound_a_healthy_one_is_not_and_both_are_kept():
+    # Loading 4 x 10 ms in the main process against a 20 ms step: the loop waits about 2/3 of the time.
+    starved = _train(DataLoader(Busy(10.0, 96), batch_size=4), "starved", epochs=2, step_s=0.02)
+    assert starved is not None
+    assert starved.findings[0].rule == "input-bound"
+    wait = starved.findings[0].evidence["wait_fraction"]
+    assert 0.45 < wait < 0.85
+    assert starved.recording.step_s == pytest.approx(0.02, abs=0.01)
+
+    healthy = _train(DataLoader(Busy(0.0, 96), batch_size=4), "healthy", epochs=2, step_s=0.02)
+    assert healthy is not None
+    assert not [f for f in healthy.findings if f.severity in ("critical", "warning")]
+
+    runs = {run.name: run for run in load_runs(kind="watch")}
+    assert set(runs) == {"starved", "healthy"}
+    assert runs["starved"].findings[0]["rule"] == "input-bound"
+    assert runs["starved"].measurements["batches"] == 48
+    assert runs["starved"].measurements["wait_fraction"] == pytest.approx(wait, abs=0.01)
+    assert runs["healthy"].measurements["wait_fraction"] < 0.1
+
+
+def test_a_guarded_loader_is_watched_through_the_guards_own_tap():
+    loader = loaderdoctor.DataLoader(Busy(1.0, 64), batch_size=4, num_workers=2, persistent_workers=True)
+    with loader:
+        report = _train(loader, "guarded", epochs=2, step_s=0.005)
+        assert not loader.listeners  # the watch let go of the guard
+    assert report is not None
+    assert [e.batches for e in report.recording.epochs] == [16, 16]
+    assert report.recording.settings.num_workers == 2
+    assert report.recording.worker_samples or report.recording.wall_s < 2  # sampled every 2 s
+
+
+def test_set_epoch_never_called_is_found_and_calling_it_is_not_flagged():
+    dataset = Busy(0.0, 64)
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=0, shuffle=True)
+    report = _train(DataLoader(dataset, batch_size=4, sampler=sampler), "no-set-epoch", epochs=3, step_s=0.0)
+    assert report is not None
+    assert "distributed-sampler" in {f.rule for f in report.findings}
+
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=0, shuffle=True)
+    watched = watch(DataLoader(dataset, batch_size=4, sampler=sampler), "set-epoch")
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for _batch in watched:
+            pass
+    report = watched.close()
+    assert report is not None and "distributed-sampler" not in {f.rule for f in report.findings}
+
+
+JOB = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+from loaderdoctor.watch import watch
+
+class Busy(Dataset):
+    def __len__(self):
+        return {size}
+    def __getitem__(self, index):
+        until = time.perf_counter() + 0.002
+        while time.perf_counter() < until:
+            pass
+        return torch.zeros(4)
+
+watched = watch(DataLoader(Busy(), batch_size=4), "job")
+for n, batch in enumerate(watched):
+    time.sleep(0.001)
+    if n == {raise_at}:
+        raise RuntimeError("the training step failed")
+"""
+
+
+def _run_job(tmp_path: Path, *, size: int = 200, raise_at: int = -1) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(JOB.format(size=size, raise_at=raise_at)))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+
+
+def test_a_loop_that_raises_still_keeps_its_run(tmp_path):
+    done = _run_job(tmp_path, raise_at=9)
+    assert done.returncode == 1 and "the training step failed" in done.stderr
+    (run,) = load_runs(kind="watch")
+    assert run.name == "job"
+    assert run.measurements["batches"] == 10
+
+
+def test_a_run_slowed_by_processes_hogging_the_cores_is_flagged_naming_them(tmp_path):
+    first, second = _run_job(tmp_path, size=400), _run_job(tmp_path, size=400)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    # Four busy loops on this machine's cores: the job's loading gets a fraction of a core.
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        time.sleep(0.5)
+        third = _run_job(tmp_path, size=400)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert third.returncode == 0, third.stderr
+    newest, middle, _oldest = load_runs(name="job")
+    assert "run-degradation" not in {f["rule"] for f in middle.findings}
+    degraded = {f["rule"]: f for f in newest.findings}
+    assert "run-degradation" in degraded, newest.measurements
+    finding = degraded["run-degradation"]
+    named = {p["pid"] for p in newest.host["other_processes"]}
+    assert named & {hog.pid for hog in hogs}
+    words = finding["title"] + finding["fix"]
+    assert any(str(hog.pid) in words for hog in hogs)
+
+
+def test_a_watch_dropped_without_close_is_kept_when_collected_and_a_with_block_closes_it():
+    watched = watch(DataLoader(Busy(0.0, 16), batch_size=4), "dropped")
+    for _batch in watched:
+        pass
+    del watched
+    gc.collect()
+    (run,) = load_runs(name="dropped")
+    assert run.measurements["batches"] == 4
+
+    with watch(DataLoader(Busy(0.0, 16), batch_size=4), "with-block") as watched:
+        assert len(watched) == 4 and watched.batch_size == 4  # the loader's own attributes read through
+        for _batch in watched:
+            pass
+    assert watched.report is not None and len(load_runs(name="with-block")) == 1
+    with pytest.raises(loaderdoctor.UsageError, match="was closed"):
+        iter(watched)
+
+
+def test_bad_arguments_are_usage_errors_in_the_users_words():
+    loader = DataLoader(Busy(0.0, 16), batch_size=4)
+    with pytest.raises(loaderdoctor.UsageError, match=r"expects a torch\.utils\.data\.DataLoader"):
+        watch([1, 2, 3])
+    with pytest.raises(loaderdoctor.UsageError, match="epochs must be a whole number"):
+        watch(loader, epochs=0)
+    with pytest.raises(loaderdoctor.UsageError, match="cost_per_hour must be a number"):
+        watch(loader, cost_per_hour=-1)
+    unnamed = watch(loader, history=False)
+    assert unnamed.name.startswith("test_watch_runs.py:")
+    unnamed.close()

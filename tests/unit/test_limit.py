@@ -1,0 +1,61 @@
+"""The host's limit from hand-made Recordings: CPU-bound, I/O-bound, step-bound, and unknown."""
+
+from __future__ import annotations
+
+import pytest
+from recordings import make_recording
+
+from loaderdoctor.limit import MAX_IO_WORKERS, host_limit, limit_words, share_of_limit
+from loaderdoctor.recording import training_rate
+from loaderdoctor.settings import Settings
+
+MAIN_PROCESS = Settings(num_workers=0)
+
+
+def test_loading_that_computes_in_the_main_process_is_bound_by_the_cores():
+    # 50 ms of CPU per batch in next(), a 20 ms step: two cores could load 40 batches/s, the step allows 50.
+    rec = make_recording(settings=MAIN_PROCESS, wait_s=0.05, wait_cpu_share=1.0, step_s=0.02)
+    limit = host_limit(rec)
+    assert limit.binds == "loading-cpu"
+    assert limit.batches_per_s == pytest.approx(2 / 0.05)
+    assert limit.cpu_s_per_batch == pytest.approx(0.05)
+    assert limit.step_batches_per_s == pytest.approx(50.0)
+    assert limit.loading_io_batches_per_s is None  # no wait beyond the CPU
+    share = share_of_limit(training_rate(rec), limit)
+    assert share == pytest.approx((1 / 0.07) / 40, rel=0.05)
+    words = limit_words(limit, training_rate(rec), fixed_rate=38.0)
+    assert words.startswith(f"{share:.0%} of this host's limit is 40.0 batches/s: loading's CPU binds (50 ms")
+    assert words.endswith("the fix reaches 95%")
+
+
+def test_loading_that_waits_on_io_is_bound_by_the_workers_that_could_overlap_it():
+    # 5 ms of CPU and 45 ms of waiting per batch, a 1 ms step: 16 workers could overlap 320 batches/s.
+    rec = make_recording(settings=MAIN_PROCESS, wait_s=0.05, wait_cpu_share=0.1, step_s=0.001)
+    limit = host_limit(rec)
+    assert limit.io_s_per_batch == pytest.approx(0.045)
+    assert limit.binds == "loading-io"
+    assert limit.batches_per_s == pytest.approx(MAX_IO_WORKERS / 0.05)
+    assert limit.loading_cpu_batches_per_s == pytest.approx(2 / 0.005)
+
+
+def test_workers_that_keep_up_leave_the_step_binding():
+    # Two workers at 0.2 of a core each keep up with a 50 ms step: their waits cannot be seen, the step binds.
+    rec = make_recording(settings=Settings(num_workers=2, persistent_workers=True), cpu_share=0.2, step_s=0.05)
+    limit = host_limit(rec)
+    assert limit.binds == "step"
+    assert limit.batches_per_s == pytest.approx(20.0)
+    interval = 0.051
+    assert limit.cpu_s_per_batch == pytest.approx(2 * 0.2 * interval, rel=0.05)
+    assert "loading-io" in limit.unknown and "kept up" in limit.unknown["loading-io"]
+    assert share_of_limit(training_rate(rec), limit) == pytest.approx(1 / interval / 20, rel=0.05)
+
+
+def test_an_unmeasurable_limit_says_why_and_makes_no_figure_up():
+    rec = make_recording(settings=Settings(num_workers=2), step_s=None, worker_samples=[])
+    limit = host_limit(rec)
+    assert limit.batches_per_s is None and limit.binds is None
+    assert set(limit.unknown) == {"loading-cpu", "loading-io", "step"}
+    assert share_of_limit(10.0, limit) is None
+    words = limit_words(limit, 10.0)
+    assert words.startswith("unknown (") and "no training step" in words and "not sampled" in words
+    assert limit.to_dict()["batches_per_s"] is None

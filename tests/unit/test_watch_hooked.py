@@ -1,0 +1,98 @@
+"""HookedLoader on a fake clock: waits and steps from a trainer's batch hooks, a validation run set aside, the
+first batch's start-up, a failed fetch; and which errors come from loading."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from loaderdoctor.recording import wait_fraction
+from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Raises(Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        raise ValueError(f"sample {index} is corrupt")
+
+
+def _hooked(clock: Clock, cpu: Clock) -> HookedLoader:
+    loader = DataLoader(list(range(40)), batch_size=4)
+    return HookedLoader("toy/train", [loader], batches_per_epoch=10, workers=lambda: [], clock=clock, cpu_clock=cpu)
+
+
+def _batch(hooked: HookedLoader, clock: Clock, *, wait_s: float, step_s: float) -> None:
+    clock.now += wait_s
+    hooked.batch_started(torch.zeros(4, 2))
+    clock.now += step_s
+    hooked.batch_ended()
+
+
+def test_waits_and_steps_come_from_the_hooks_and_a_validation_run_is_set_aside():
+    clock, cpu = Clock(), Clock()
+    hooked = _hooked(clock, cpu)
+    hooked.epoch_started()
+    _batch(hooked, clock, wait_s=0.5, step_s=0.02)  # the workers' start-up
+    for _ in range(4):
+        _batch(hooked, clock, wait_s=0.01, step_s=0.02)
+    hooked.pause(hooked.idle_since)  # a validation run, 3 s, inside the epoch
+    clock.now += 3.0
+    hooked.resume()
+    for _ in range(5):
+        _batch(hooked, clock, wait_s=0.01, step_s=0.02)
+    hooked.epoch_ended()
+    stretch = hooked.stretch()
+    report = hooked.finish(history=False, main=False)
+
+    assert report is not None
+    rec = report.recording
+    assert [b.wait_s for b in rec.batches] == pytest.approx([0.5] + [0.01] * 9)
+    assert [b.step_s for b in rec.batches] == pytest.approx([0.02] * 10)
+    assert rec.epochs[0].first_batch_s == pytest.approx(0.5)
+    assert rec.epochs[0].batches == 10
+    assert wait_fraction(rec) == pytest.approx(1 / 3)
+    assert stretch.batches == 10
+    assert stretch.wait_fraction == pytest.approx(0.59 / 0.79)
+    assert stretch.batches_per_s == pytest.approx(10 / 0.79)  # the validation's 3 s left out
+
+
+def test_a_fetch_that_raises_is_a_sample_error_of_the_batch_waited_for():
+    clock, cpu = Clock(), Clock()
+    hooked = _hooked(clock, cpu)
+    hooked.epoch_started()
+    _batch(hooked, clock, wait_s=0.1, step_s=0.02)
+    clock.now += 0.01
+    hooked.failed(ValueError("sample 7 is corrupt"))
+    report = hooked.finish(history=False, main=False)
+
+    assert report is not None
+    errors = report.recording.sample_errors
+    assert [(e.epoch, e.batch, e.error_type) for e in errors] == [(0, 1, "ValueError")]
+
+
+def test_an_epoch_with_no_batch_yet_is_not_recorded():
+    clock, cpu = Clock(), Clock()
+    hooked = _hooked(clock, cpu)
+    hooked.epoch_started()
+    clock.now += 1.0
+    assert hooked.finish(history=False, main=False) is None
+
+
+def test_errors_raised_in_the_dataloader_are_told_from_others():
+    with pytest.raises(ValueError) as loading:
+        next(iter(DataLoader(Raises(), batch_size=2)))
+    assert raised_in_loading(loading.value)
+    with pytest.raises(ValueError) as stepping:
+        raise ValueError("the step's own")
+    assert not raised_in_loading(stepping.value)

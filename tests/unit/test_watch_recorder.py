@@ -1,0 +1,181 @@
+"""RunRecorder on a fake clock: steps from the gaps between next() calls, epochs, thinning; and the progress lines."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from loaderdoctor.recording import delivered_batches, training_rate, wait_fraction
+from loaderdoctor.rules import diagnose
+from loaderdoctor.settings import Settings
+from loaderdoctor.tap import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated
+from loaderdoctor.watch.progress import Progress, epoch_line, eta_s, progress_line
+from loaderdoctor.watch.recorder import LoaderFacts, RunRecorder
+from loaderdoctor.words import duration, money
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _recorder(clock: Clock, *, batches_per_epoch: int | None = 10, workers: int = 0, **kwargs) -> RunRecorder:
+    facts = LoaderFacts(
+        settings=Settings(num_workers=workers),
+        batch_size=4,
+        batches_per_epoch=batches_per_epoch,
+        iterable=False,
+        dataset="Toy",
+        dataset_len=40,
+    )
+    return RunRecorder(facts, clock=clock, **kwargs)
+
+
+def _loop(recorder: RunRecorder, clock: Clock, *, epoch: int, batches: int, wait_s: float, step_s: float) -> None:
+    """A training loop's epoch as the tap reports it: iter(), each batch after `wait_s` in next(), then a step of
+    `step_s` outside next(), then the next() that ends the epoch."""
+    recorder.on_event(IteratorCreated(epoch, None, [], 0.0))
+    for index in range(batches):
+        clock.now += wait_s
+        first = wait_s if index == 0 else None
+        recorder.on_event(BatchDelivered(epoch, index, wait_s, 0.0, 64, 4, first))
+        clock.now += step_s
+    clock.now += 0.001
+    recorder.on_event(EpochEnded(epoch, batches, 0.0, 0.001))
+
+
+def test_steps_are_the_time_outside_next_and_the_rules_see_a_starved_loop():
+    clock = Clock()
+    recorder = _recorder(clock)
+    for epoch in range(2):
+        _loop(recorder, clock, epoch=epoch, batches=10, wait_s=0.06, step_s=0.02)
+    rec = recorder.finish()
+    assert [b.step_s for b in rec.batches] == pytest.approx([0.02] * 20)
+    assert rec.step_s == pytest.approx(0.02)
+    assert [e.batches for e in rec.epochs] == [10, 10]
+    assert [e.ended for e in rec.epochs] == ["exhausted", "exhausted"]
+    assert wait_fraction(rec) == pytest.approx(0.75)
+    assert training_rate(rec) == pytest.approx(1 / 0.08, rel=0.05)
+    findings = diagnose(rec)
+    assert findings and findings[0].rule == "input-bound"
+
+
+def test_a_healthy_loop_gets_no_warning():
+    clock = Clock()
+    recorder = _recorder(clock)
+    for epoch in range(2):
+        _loop(recorder, clock, epoch=epoch, batches=10, wait_s=0.0005, step_s=0.05)
+    rec = recorder.finish()
+    assert wait_fraction(rec) == pytest.approx(0.0099, abs=0.001)
+    assert not [f for f in diagnose(rec) if f.severity in ("critical", "warning")]
+
+
+def test_a_loop_that_leaves_an_epoch_early_and_a_step_under_way():
+    clock = Clock()
+    recorder = _recorder(clock)
+    recorder.on_event(IteratorCreated(0, None, [], 0.0))
+    for index in range(3):
+        clock.now += 0.01
+        recorder.on_event(BatchDelivered(0, index, 0.01, 0.0, 64, 4, 0.01 if index == 0 else None))
+        clock.now += 0.03
+    clock.now += 5.0  # validation, say: then the next epoch's iter()
+    _loop(recorder, clock, epoch=1, batches=2, wait_s=0.01, step_s=0.03)
+    rec = recorder.finish()
+    assert [e.ended for e in rec.epochs] == ["left", "exhausted"]
+    # The last step of the epoch left is unknown: the typical step stands in, not the 5 s of validation.
+    assert max(b.step_s for b in rec.batches) == pytest.approx(0.03)
+
+
+def test_a_guards_restart_stays_in_its_epoch_and_failures_are_recorded():
+    clock = Clock()
+    recorder = _recorder(clock, workers=2)
+    recorder.on_event(IteratorCreated(0, None, [11, 12], 0.0))
+    clock.now += 0.1
+    recorder.on_event(BatchDelivered(0, 0, 0.1, 0.0, 64, 4, 0.1))
+    clock.now += 0.02
+    recorder.on_event(BatchFailed(0, 1, 0.0, ValueError("bad sample")))
+    recorder.on_event(IteratorCreated(0, None, [13, 14], 0.05))  # restarted within epoch 0
+    clock.now += 0.1
+    recorder.on_event(BatchDelivered(0, 0, 0.1, 0.0, 64, 4, 0.1))
+    rec = recorder.finish()
+    assert len(rec.epochs) == 1 and rec.epochs[0].batches == 2
+    assert recorder.last_tally is not None and recorder.last_tally.restarts == 1
+    assert [b.index for b in rec.batches] == [0, 1]
+
+
+def test_a_long_run_keeps_a_bounded_even_thinning_and_counts_every_batch():
+    clock = Clock()
+    recorder = _recorder(clock, batches_per_epoch=None, max_batches=100)
+    _loop(recorder, clock, epoch=0, batches=1000, wait_s=0.01, step_s=0.03)
+    rec = recorder.finish()
+    assert len(rec.batches) <= 100
+    assert delivered_batches(rec) == 1000
+    assert rec.batches[0].index == 0  # the start-up batch stays
+    assert wait_fraction(rec) == pytest.approx(0.25)
+    indices = [b.index for b in rec.batches[1:]]
+    gaps = {b - a for a, b in itertools.pairwise(indices)}
+    assert len(gaps) <= 2  # evenly spread over the run, not only its start
+
+
+def test_the_samplers_epoch_is_read_at_each_iter_and_an_unchanged_one_is_flagged():
+    clock = Clock()
+    epochs_held = iter([0, 0, 0])
+    recorder = _recorder(clock, sampler_epoch=lambda: next(epochs_held))
+    for epoch in range(3):
+        _loop(recorder, clock, epoch=epoch, batches=5, wait_s=0.001, step_s=0.02)
+    rec = recorder.finish()
+    assert [e.sampler_epoch for e in rec.epochs] == [0, 0, 0]
+    rules = {f.rule: f for f in diagnose(rec)}
+    assert "set_epoch() was never called" in rules["distributed-sampler"].title
+
+    clock = Clock()
+    epochs_held = iter([0, 1, 2])
+    recorder = _recorder(clock, sampler_epoch=lambda: next(epochs_held))
+    for epoch in range(3):
+        _loop(recorder, clock, epoch=epoch, batches=5, wait_s=0.001, step_s=0.02)
+    assert "distributed-sampler" not in {f.rule for f in diagnose(recorder.finish())}
+
+
+def test_progress_lines_give_rate_wait_eta_and_cost():
+    p = Progress(
+        name="train",
+        epoch=1,
+        epochs=10,
+        batch=1200,
+        batches_per_epoch=5000,
+        batches_per_s=40.0,
+        samples_per_s=640.0,
+        wait_share=0.4,
+        cost_per_hour=3.0,
+    )
+    assert eta_s(p) == pytest.approx((3800 / 40, (3800 + 8 * 5000) / 40))
+    line = progress_line(p)
+    assert "epoch 2/10, batch 1,200/5,000" in line
+    assert "40.0 batches/s (640 samples/s)" in line
+    assert "waiting for data 40% of the time" in line
+    assert "epoch ends in 1 min 35 s, the run in 18 min 15 s" in line
+    assert "the wait costs $1.20 per hour" in line
+    stuck = Progress("val", 0, None, 0, None, None, None, None, waiting_s=7200.0)
+    assert (
+        progress_line(stuck)
+        == "watch 'val': epoch 1, batch 0: no batch in this stretch; waiting 2 h for the next batch"
+    )
+    done = epoch_line(p, wall_s=125.0)
+    assert "epoch 2/10 done: 1,200 batches in 2 min 5 s" in done
+    assert "the wait cost $0.04 this epoch" in done
+
+
+def test_words_for_durations_and_money():
+    assert [duration(s) for s in (0.25, 12.4, 101, 3600, 9060, 90000)] == [
+        "250 ms",
+        "12 s",
+        "1 min 41 s",
+        "1 h",
+        "2 h 31 min",
+        "1 d 1 h",
+    ]
+    assert [money(x) for x in (0.4213, 40.0, 1250.4)] == ["$0.42", "$40.00", "$1,250"]
