@@ -4,7 +4,8 @@ binds (loading's CPU, loading's waits on I/O, or the step).
 Per steady batch: loading costs `cpu` CPU seconds (its workers' CPU per batch and the training process's CPU in
 next(), or all of it in next() without workers) and waits `io` seconds besides (reads, sleeps: wall time a
 loader spends per batch beyond its CPU, measurable while loading is what the step waits for). Then
-- loading's CPU allows usable cores / cpu batches per second (the CPU the step itself takes counted too);
+- loading's CPU allows usable cores / cpu batches per second (the CPU the step itself takes counted too; the
+  cores shared by the job's local ranks, each rank's limit its share of them);
 - loading's I/O allows as many batches in flight as workers could overlap: MAX_IO_WORKERS / (io + cpu);
 - the step allows 1 / step.
 The limit is the least of those known; a part that cannot be measured is left out and said why, never guessed."""
@@ -44,7 +45,7 @@ class Limit:
     step_cpu_s_per_batch: float | None  # the CPU the training process used in the step, per batch
     io_s_per_batch: float | None  # a loader's wall time per batch beyond its CPU
     step_s: float | None
-    usable_cores: float
+    usable_cores: float  # this process's share of them: the usable cores over the job's local ranks
     unknown: dict[str, str]  # part -> why it could not be measured
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,7 +105,7 @@ def _io_s(rec: Recording, cpu_s: float | None) -> tuple[float | None, str | None
 def host_limit(rec: Recording) -> Limit:
     """The limit of `rec`'s loader and step on its host (see the module's docstring)."""
     unknown: dict[str, str] = {}
-    usable = rec.host.usable_cores
+    usable = rec.host.usable_cores / max(1, rec.host.local_ranks)
     cpu_s, why = _loading_cpu_s(rec)
     if why:
         unknown["loading-cpu"] = why
@@ -169,9 +170,8 @@ def limit_words(limit: Limit, rate: float | None, fixed_rate: float | None = Non
         step=(limit.step_s or 0.0) * 1000,
     )
     share = share_of_limit(rate, limit)
-    text = f"this host's limit is {limit.batches_per_s:.1f} batches/s: {binds}"
-    if share is not None:
-        text = f"{share:.0%} of {text}"
+    text = f"this host's limit of {limit.batches_per_s:.1f} batches/s: {binds}"
+    text = f"{share:.0%} of {text}" if share is not None else f"no rate measured against {text}"
     fixed = share_of_limit(fixed_rate, limit)
     if fixed is not None:
         text += f"; the fix reaches {fixed:.0%}"

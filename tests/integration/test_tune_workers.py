@@ -11,8 +11,11 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from loaderdoctor import tune
 from loaderdoctor.cli import main
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.trial import VERDICTS
 from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.workload import sleep_step
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(180)]
 
@@ -114,3 +117,30 @@ def test_the_command_line_prints_every_trial_and_the_choice_as_json(tmp_path, ca
     assert loader["trials"][0]["phase"] == "baseline"
     assert all(trial["verdict"] in VERDICTS for trial in loader["trials"])
     assert loader["chosen"]["settings"]["num_workers"] >= 1
+
+
+class Tiny(Dataset):
+    """A sample that costs nothing, in a dataset of `size` samples."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((4,), float(index))
+
+
+def test_a_trial_measures_a_bounded_window_whatever_the_epochs_length():
+    # 18,968 batches per epoch at a 5 ms step would take 95 s an epoch: a 2 s trial must not wait for one.
+    step = sleep_step(5.0)
+    settings = Settings(num_workers=2, persistent_workers=False)
+    timings = {}
+    for size in (16 * 4, 18_968 * 4):
+        measure = probe_measure(LoaderSpec.from_loader(DataLoader(Tiny(size), batch_size=4)), step=step, policy=QUICK)
+        started = time.monotonic()
+        run = measure(settings, 2.0)
+        timings[size] = time.monotonic() - started
+        assert run.outcome == "completed" and run.batches_per_s > 0
+    assert timings[18_968 * 4] < 15.0  # the trial's window, its start-ups and stopping; never the 95 s epoch

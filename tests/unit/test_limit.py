@@ -8,6 +8,9 @@ from recordings import make_recording
 from loaderdoctor.limit import MAX_IO_WORKERS, host_limit, limit_words, share_of_limit
 from loaderdoctor.recording import training_rate
 from loaderdoctor.settings import Settings
+from loaderdoctor.tune.result import LoaderTuning
+from loaderdoctor.tune.space import Limits
+from loaderdoctor.tune.trial import Measurement, Trial
 
 MAIN_PROCESS = Settings(num_workers=0)
 
@@ -24,7 +27,7 @@ def test_loading_that_computes_in_the_main_process_is_bound_by_the_cores():
     share = share_of_limit(training_rate(rec), limit)
     assert share == pytest.approx((1 / 0.07) / 40, rel=0.05)
     words = limit_words(limit, training_rate(rec), fixed_rate=38.0)
-    assert words.startswith(f"{share:.0%} of this host's limit is 40.0 batches/s: loading's CPU binds (50 ms")
+    assert words.startswith(f"{share:.0%} of this host's limit of 40.0 batches/s: loading's CPU binds (50 ms")
     assert words.endswith("the fix reaches 95%")
 
 
@@ -59,3 +62,20 @@ def test_an_unmeasurable_limit_says_why_and_makes_no_figure_up():
     words = limit_words(limit, 10.0)
     assert words.startswith("unknown (") and "no training step" in words and "not sampled" in words
     assert limit.to_dict()["batches_per_s"] is None
+
+
+def test_the_tuners_report_states_the_limit_its_worker_trials_measured():
+    def trial(number: int, workers: int, rate: float, limit: float | None) -> Trial:
+        run = Measurement(rate, "completed", 2.0, limit_batches_per_s=limit, limit_binds="loading-cpu")
+        settings = Settings(num_workers=workers, persistent_workers=bool(workers))
+        return Trial(number, settings, "workers", "measured", runs=[run])
+
+    # The baseline (no workers) measures its own loading with torch's thread pool: not trusted for the limit.
+    baseline, two = trial(1, 0, 16.0, 25.0), trial(2, 2, 37.5, 39.0)
+    limits = Limits(2.0, 8 * 2**30, None, 8, "fork", False, False)
+    tuning = LoaderTuning("train", [baseline, two], baseline, two, limits, 10.0, "converged", 20.0)
+    assert baseline.limit_batches_per_s is None
+    assert tuning.limit_dict() == {"batches_per_s": 39.0, "binds": "loading-cpu", "trial": 2}
+    data = tuning.to_dict()
+    assert data["share_of_limit"] == pytest.approx(37.5 / 39, abs=0.001)
+    assert data["baseline_share_of_limit"] == pytest.approx(16 / 39, abs=0.001)

@@ -155,6 +155,10 @@ def test_a_run_adds_the_ranks_rates_and_the_efficiency_compares_with_the_smalles
     assert two.efficiency == pytest.approx(0.5, abs=0.05)  # two ranks at about half the rate each
     assert [r.rank for r in two.per_rank] == [0, 1]
     assert two.per_rank[0].wait_fraction == pytest.approx(0.5, abs=0.02)
+    # Each rank states its own share of the host's limit: 2 workers at 0.8 of a core for 10 batches/s cost 0.16
+    # CPU seconds a batch, so 2 cores load 12.5 batches/s at most (the 50 ms step would allow 20).
+    assert two.per_rank[0].limit["binds"] == "loading-cpu"
+    assert two.per_rank[0].share_of_limit == pytest.approx(10 / 12.5, abs=0.05)
 
 
 def test_a_rank_that_sent_nothing_leaves_no_aggregate_and_is_named():

@@ -8,7 +8,7 @@ import pytest
 
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.space import Limits, grid
-from loaderdoctor.tune.strategy import Search
+from loaderdoctor.tune.strategy import Search, SearchResult
 from loaderdoctor.tune.trial import Measurement
 
 GB = 2**30
@@ -42,8 +42,10 @@ class FakeHost:
         outcome: Callable[[Settings], str] = lambda s: "completed",
         step_rate: float | None = None,
         epoch_batches: Callable[[Settings], int | None] = lambda s: 100,
+        limit: float | None = None,
     ) -> None:
         self.rate = rate
+        self.limit = limit  # the host's limit each run measures (limit.py), batches/s
         self.cpu_share = cpu_share
         self.worker_bytes = worker_bytes
         self.noise = noise or [1.0]
@@ -73,6 +75,7 @@ class FakeHost:
             loading_cores=min(self.cpu_share * settings.num_workers, 2.0) if settings.num_workers else None,
             keeps_up=keeps_up,
             epoch_batches=self.epoch_batches(settings),
+            limit_batches_per_s=self.limit,
         )
 
     def counts_run(self) -> list[int]:
@@ -234,3 +237,21 @@ def test_workers_that_repeat_an_unsplit_stream_are_caught_by_the_epoch_length():
     assert [t.settings.num_workers for t in repeated] == [2]
     assert "does not split its stream" in repeated[0].note
     assert result.chosen.settings.num_workers <= 1
+
+
+def test_the_climb_stops_at_the_hosts_limit():
+    # Loading that waits: each worker adds 10 batches/s, up to this host's limit of 40 (its cores).
+    def search(limit: float | None) -> tuple[FakeHost, SearchResult]:
+        host = FakeHost(lambda s: min(10.0 * max(s.num_workers, 1), 40.0), cpu_share=0.2, limit=limit)
+        limits = _limits()
+        result = Search(host.measure, Settings(), limits, budget_s=200, trial_s=TRIAL_S, clock=host.clock, quick=True)
+        return host, result.run()
+
+    unknown, _ = search(None)
+    assert 8 in unknown.counts_run()  # without a limit, 8 workers are tried to learn they are no faster
+    host, result = search(40.0)
+    assert 8 not in host.counts_run() and 4 in host.counts_run()
+    (four,) = [t for t in result.trials if t.settings.num_workers == 4 and t.phase == "workers"]
+    assert four.note == "100% of this host's limit (40.0 batches/s): more workers cannot do much better"
+    assert result.chosen.settings.num_workers == 4
+    assert host.now < unknown.now  # fewer trials, less time

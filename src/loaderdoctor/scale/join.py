@@ -34,7 +34,13 @@ def scale_run(launch: LaunchResult, name: str) -> ScaleRun:
         figures = measurements(loader.recording)
         per_rank.append(
             RankFigures(
-                rank, figures["samples_per_s"], figures["wait_fraction"], figures["batches"], loader.recording.outcome
+                rank,
+                figures["samples_per_s"],
+                figures["wait_fraction"],
+                figures["batches"],
+                loader.recording.outcome,
+                figures["limit"],
+                figures["share_of_limit"],
             )
         )
     complete = len(loaders) == launch.world_size and all(f.samples_per_s is not None for f in per_rank)

@@ -21,6 +21,8 @@ class RankFigures:
     wait_fraction: float | None
     batches: int
     outcome: str  # the probe's: "completed" | "stalled" | "crashed"; "failed" when the rank sent nothing
+    limit: dict[str, Any] | None = None  # the rank's share of the host's limit (limit.py), as it measured it
+    share_of_limit: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -29,6 +31,8 @@ class RankFigures:
             "wait_fraction": self.wait_fraction,
             "batches": self.batches,
             "outcome": self.outcome,
+            "limit": self.limit,
+            "share_of_limit": self.share_of_limit,
         }
 
 

@@ -6,6 +6,7 @@ import statistics
 from collections.abc import Callable
 
 from loaderdoctor.errors import LoaderDoctorError
+from loaderdoctor.limit import host_limit
 from loaderdoctor.probe import ProbeProgress, probe
 from loaderdoctor.recording import (
     Recording,
@@ -66,6 +67,7 @@ def measurement(rec: Recording) -> Measurement:
         error = "too few batches after its start-up to measure a rate"
     exhausted = [e.batches for e in rec.epochs if e.ended == "exhausted"]
     cpu = loading_cpu(rec)
+    limit = host_limit(rec) if outcome == "completed" else None
     return Measurement(
         batches_per_s=rate,
         outcome=outcome,
@@ -77,6 +79,8 @@ def measurement(rec: Recording) -> Measurement:
         epoch_batches=max(exhausted) if exhausted else None,
         copies=max((e.typical_copies for e in rec.epochs if e.typical_copies), default=None),
         startup_s=first_startup_s(rec),
+        limit_batches_per_s=None if limit is None else limit.batches_per_s,
+        limit_binds=None if limit is None else limit.binds,
     )
 
 

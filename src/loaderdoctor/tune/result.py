@@ -39,6 +39,33 @@ class LoaderTuning:
         return self.chosen.batches_per_s / before if before > 0 else None
 
     @property
+    def limit_trial(self) -> Trial | None:
+        """The trial whose runs measured the host's limit: the chosen one when it can (worker processes), else
+        the usable trial with workers that ran most."""
+        if self.chosen.limit_batches_per_s is not None:
+            return self.chosen
+        measured = [t for t in self.trials if t.usable and t.limit_batches_per_s is not None]
+        return max(measured, key=lambda t: (len(t.runs), t.batches_per_s), default=None)
+
+    def limit_dict(self) -> dict[str, Any] | None:
+        """{"batches_per_s", "binds", "trial"}: the host's limit and the trial that measured it; None unknown."""
+        trial = self.limit_trial
+        if trial is None or trial.limit_batches_per_s is None:
+            return None
+        binds = [run.limit_binds for run in trial.runs if run.limit_binds]
+        return {
+            "batches_per_s": round(trial.limit_batches_per_s, 3),
+            "binds": max(set(binds), key=binds.count) if binds else None,
+            "trial": trial.number,
+        }
+
+    def share_of_limit(self, trial: Trial) -> float | None:
+        limit = self.limit_trial
+        if limit is None or not limit.limit_batches_per_s or not trial.runs:
+            return None
+        return trial.batches_per_s / limit.limit_batches_per_s
+
+    @property
     def found(self) -> bool:
         """Whether any measured settings delivered batches (else every trial stalled, crashed or was refused)."""
         return self.chosen.usable and self.chosen.batches_per_s > 0
@@ -55,7 +82,14 @@ class LoaderTuning:
             "search_s": round(self.seconds, 3),
             "stopped": self.stopped,
             "step_ms": None if self.step_ms is None else round(self.step_ms, 3),
+            "limit": self.limit_dict(),
+            "share_of_limit": _rounded(self.share_of_limit(self.chosen)),
+            "baseline_share_of_limit": _rounded(self.share_of_limit(self.baseline)),
         }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 @dataclass

@@ -37,6 +37,7 @@ CLOSE = 0.10  # rates within 10% of each other are a close call: measured again 
 EQUAL = 0.03  # in the final, rates within 3% of the fastest are equal: the cheapest of them wins
 FINALISTS = 4  # trials measured again in the final (2 in quick mode)
 COMPUTING = 0.85  # workers using this share of the cores already: more than the cores only compete
+NEAR_LIMIT = 0.95  # a trial at this share of the host's limit (limit.py) or more: no setting can do much better
 
 
 @dataclass
@@ -46,6 +47,12 @@ class SearchResult:
     chosen: Trial
     seconds: float
     stopped: str  # "converged" | "budget" | "interrupted": whether time or Ctrl-C ended the search before it was done
+
+
+def _near_limit(trial: Trial) -> bool:
+    """Whether a trial runs within a few percent of the host's limit as its own runs measured it."""
+    limit = trial.limit_batches_per_s
+    return limit is not None and trial.batches_per_s >= NEAR_LIMIT * limit
 
 
 def cost(trial: Trial) -> tuple[int, int, int, int]:
@@ -141,6 +148,12 @@ class Search:
                 break
             if self.keep_up and trial.keeps_up:
                 trial.note = "keeps up with the training step: more workers would only cost more"
+                break
+            if best is trial and _near_limit(trial):
+                trial.note = (
+                    f"{trial.batches_per_s / (trial.limit_batches_per_s or 1):.0%} of this host's limit "
+                    f"({trial.limit_batches_per_s:.1f} batches/s): more workers cannot do much better"
+                )
                 break
         return best_with_workers
 

@@ -30,6 +30,8 @@ class Measurement:
     epoch_batches: int | None = None  # the batches of an epoch run to its end, when one was
     copies: int | None = None  # typical copies of a sample within an epoch (IterableDatasets; 1: no repeats)
     startup_s: float | None = None  # from the first iter() to the first batch, apart from the rate
+    limit_batches_per_s: float | None = None  # the rate this host could reach, as this run shows it (limit.py)
+    limit_binds: str | None = None  # what binds that limit
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,8 @@ class Measurement:
             "epoch_batches": self.epoch_batches,
             "copies": self.copies,
             "startup_s": None if self.startup_s is None else round(self.startup_s, 3),
+            "limit_batches_per_s": None if self.limit_batches_per_s is None else round(self.limit_batches_per_s, 3),
+            "limit_binds": self.limit_binds,
         }
 
 
@@ -80,6 +84,17 @@ class Trial:
     @property
     def loading_cores(self) -> float | None:
         known = [run.loading_cores for run in self.runs if run.loading_cores is not None]
+        return statistics.median(known) if known else None
+
+    @property
+    def limit_batches_per_s(self) -> float | None:
+        """The host's limit as its runs showed it (median), for settings whose loading's CPU a run can read
+        cleanly: worker processes, one thread each (the training process's own loading may count the spinning
+        of torch's thread pool as work). None otherwise or when unknown."""
+        settings = self.settings
+        if not settings.num_workers or settings.backend != "process":
+            return None
+        known = [run.limit_batches_per_s for run in self.runs if run.limit_batches_per_s]
         return statistics.median(known) if known else None
 
     @property

@@ -20,7 +20,8 @@ from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.history.keep import keep_run
 from loaderdoctor.history.records import now_iso, run_record
 from loaderdoctor.host import OWN_THREAD_PREFIX
-from loaderdoctor.recording import Recording, delivered_batches
+from loaderdoctor.limit import limit_words
+from loaderdoctor.recording import Recording, delivered_batches, training_rate
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose, order
 from loaderdoctor.settings import LoaderSpec, Settings
@@ -261,6 +262,7 @@ def finish_run(
 
 def _log_diagnosis(kind: str, report: LoaderReport) -> None:
     rec = report.recording
+    log.info("%s '%s': %s", kind, report.name, limit_words(report.limit, training_rate(rec)))
     if not report.findings:
         log.info("%s '%s': %s delivered, no finding", kind, report.name, plural(delivered_batches(rec), "batch"))
         return
