@@ -219,6 +219,14 @@ class LoaderReport:
                 return fixed
         return host_limit(self.recording)
 
+    @property
+    def fixed_rate(self) -> float | None:
+        """The fix's measured rate, for every fix whose run delivered on the same data (a rescue's too)."""
+        v = self.verification
+        if v is None or v.after_outcome != "completed" or v.after <= 0:
+            return None
+        return None if v.verdict in ("not-measured", "other-data", "failed") else v.after
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.recording.settings.to_dict(),
@@ -229,10 +237,8 @@ class LoaderReport:
         }
 
     def _verification_dict(self, verification: Verification) -> dict[str, Any]:
-        """The verification, with the fix's rate as a share of the limit measured on the original run."""
-        share = share_of_limit(
-            verification.after if verification.speedup is not None else None, host_limit(self.recording)
-        )
+        """The verification, with the fix's rate as a share of the limit the report states (self.limit)."""
+        share = share_of_limit(self.fixed_rate, self.limit)
         return {**verification.to_dict(), "share_of_limit": _rounded(share, 3)}
 
 

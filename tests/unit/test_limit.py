@@ -7,6 +7,7 @@ from recordings import make_recording
 
 from loaderdoctor.limit import MAX_IO_WORKERS, host_limit, limit_words, share_of_limit
 from loaderdoctor.recording import training_rate
+from loaderdoctor.report import LoaderReport, Verification
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning
 from loaderdoctor.tune.space import Limits
@@ -79,3 +80,31 @@ def test_the_tuners_report_states_the_limit_its_worker_trials_measured():
     data = tuning.to_dict()
     assert data["share_of_limit"] == pytest.approx(37.5 / 39, abs=0.001)
     assert data["baseline_share_of_limit"] == pytest.approx(16 / 39, abs=0.001)
+
+
+def _report_with_fix(verdict: str, before: float, after: float, before_outcome: str = "completed") -> LoaderReport:
+    original = make_recording(settings=MAIN_PROCESS, wait_s=0.05, wait_cpu_share=1.0, step_s=0.02)
+    fixed = make_recording(settings=Settings(num_workers=2, persistent_workers=True), cpu_share=0.9, step_s=0.02)
+    verification = Verification(
+        fixed.settings, before, after, before_outcome, "completed", verdict, "", after_recording=fixed
+    )
+    return LoaderReport("train", original, [], verification)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "before", "before_outcome"), [("faster", 14.0, "completed"), ("rescued", 0.0, "stalled")]
+)
+def test_the_fixs_share_is_of_the_limit_the_report_states(verdict: str, before: float, before_outcome: str):
+    report = _report_with_fix(verdict, before, 30.0, before_outcome)
+    stated = report.limit
+    assert stated == host_limit(report.verification.after_recording)  # the workers' run measures the limit
+    assert stated != host_limit(report.recording)
+    data = report.to_dict()
+    assert data["measurements"]["limit"] == stated.to_dict()
+    assert data["verification"]["share_of_limit"] == pytest.approx(30.0 / stated.batches_per_s, abs=0.001)
+
+
+def test_a_fix_that_failed_has_no_share_of_the_limit():
+    report = _report_with_fix("failed", 14.0, 0.0)
+    assert report.fixed_rate is None
+    assert report.to_dict()["verification"]["share_of_limit"] is None

@@ -74,9 +74,7 @@ def _measured(rec: Recording, lr: LoaderReport) -> Table:
         )
     else:
         table.add_row("waiting", "[dim]no training step given: pass --step-ms to judge whether loading keeps up[/]")
-    v = lr.verification
-    fixed = v.after if v is not None and v.speedup is not None else None
-    table.add_row("limit", limit_words(limit, m["batches_per_s"], fixed))
+    table.add_row("limit", limit_words(limit, m["batches_per_s"], lr.fixed_rate))
     firsts = ", ".join("-" if s is None else f"{s:.2f} s" for s in m["first_batch_s"])
     table.add_row("first batch", f"{firsts} (per epoch, from iter())")
     if m["worker_uss_mb_max"] is not None:
