@@ -32,7 +32,7 @@ from loaderdoctor.host import host_facts
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.run import default_memory_budget, trial_seconds, tune_loader
-from loaderdoctor.tune.space import grid, label
+from loaderdoctor.tune.space import grid
 
 FINAL_EPOCHS = 8
 
@@ -92,8 +92,8 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int) -> dict[st
         "name": name,
         "ratios": {who: medians[who] / best for who in contenders},
         "grid_best": best,
-        "tuner": label(tuned.settings),
-        "grid": label(grid_settings),
+        "tuner": tuned.settings.describe(),
+        "grid": grid_settings.describe(),
         "tuner_s": tuned.seconds,
         "grid_s": grid_s,
         "grid_size": len(space),

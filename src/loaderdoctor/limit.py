@@ -8,16 +8,22 @@ loader spends per batch beyond its CPU, measurable while loading is what the ste
   cores shared by the job's local ranks, each rank's limit its share of them);
 - loading's I/O allows as many batches in flight as workers could overlap: MAX_IO_WORKERS / (io + cpu);
 - the step allows 1 / step.
-The limit is the least of those known; a part that cannot be measured is left out and said why, never guessed."""
+The steady limit is the least of those known; a part that cannot be measured is left out and said why, never
+guessed. Over an epoch of B batches (when B is known) the limit is B / (B / steady + boundary): torch's
+DataLoader loads nothing across an epoch's end, so each epoch pays once, with nothing beside it, the part that
+does not bind: the last step with the loaders idle when loading binds; when the step binds, the first batch's
+loading with the step idle (measured: the first batch of an epoch whose workers were already running; else one
+batch's CPU and waits, a lower bound where the waits are hidden)."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.recording import Recording, interval_s, steady_batches
-from loaderdoctor.usage import loading_cpu, main_step_cpu_s
+from loaderdoctor.recording import Recording, epoch_batches, interval_s, steady_batches
+from loaderdoctor.usage import loading_cpu, main_step_cpu_s, worker_cpu_per_batch
 
 # Workers that could overlap waits on I/O at most (the rules' MAX_IO_WORKERS: beyond, memory and open files cost
 # more than the reads in flight gain).
@@ -45,6 +51,9 @@ class Limit:
     step_cpu_s_per_batch: float | None  # the CPU the training process used in the step, per batch
     io_s_per_batch: float | None  # a loader's wall time per batch beyond its CPU
     step_s: float | None
+    steady_batches_per_s: float | None  # the limit within an epoch, its boundaries aside
+    epoch_batches: int | None  # the epoch's length the limit counts its boundary over; None: a stream
+    epoch_boundary_s: float  # what each epoch's boundary costs at least (see the module's docstring)
     usable_cores: float  # this process's share of them: the usable cores over the job's local ranks
     unknown: dict[str, str]  # part -> why it could not be measured
 
@@ -64,6 +73,9 @@ class Limit:
             ),
             "io_ms_per_batch": r(None if self.io_s_per_batch is None else self.io_s_per_batch * 1000, 3),
             "step_ms": r(None if self.step_s is None else self.step_s * 1000, 3),
+            "steady_batches_per_s": r(self.steady_batches_per_s, 3),
+            "epoch_batches": self.epoch_batches,
+            "epoch_boundary_ms": r(self.epoch_boundary_s * 1000, 3),
             "usable_cores": self.usable_cores,
             "unknown": dict(self.unknown),
         }
@@ -77,11 +89,15 @@ def _loading_cpu_s(rec: Recording) -> tuple[float | None, str | None]:
     in_next = statistics.mean(b.wait_cpu_s for b in steady)
     if rec.settings.num_workers == 0:
         return in_next, None
-    cpu = loading_cpu(rec)
-    interval = interval_s(rec)
-    if cpu is None or interval is None:
+    if rec.settings.backend == "thread":
+        cpu = loading_cpu(rec)
+        interval = interval_s(rec)
+        per_batch = None if cpu is None or interval is None else cpu.cores * interval
+    else:
+        per_batch = worker_cpu_per_batch(rec)
+    if per_batch is None:
         return None, "the workers' CPU was not sampled over steady running (a run too short to sample)"
-    return cpu.cores * interval + in_next, None
+    return per_batch + in_next, None
 
 
 def _io_s(rec: Recording, cpu_s: float | None) -> tuple[float | None, str | None]:
@@ -100,6 +116,19 @@ def _io_s(rec: Recording, cpu_s: float | None) -> tuple[float | None, str | None
     else:
         per_batch = loaders * total / len(steady)
     return max(0.0, per_batch - cpu_s), None
+
+
+def _first_batch_s(rec: Recording, cpu_s: float | None, io_s: float | None) -> float | None:
+    """One batch's loading from an idle pipeline: an epoch's first batch when its workers were already running
+    (the median of those), else loading's CPU and waits per batch; None when neither is known."""
+    warm = [
+        epoch.first_batch_s
+        for previous, epoch in itertools.pairwise(rec.epochs)
+        if epoch.worker_pids and epoch.worker_pids == previous.worker_pids and epoch.first_batch_s is not None
+    ]
+    if warm:
+        return statistics.median(warm)
+    return None if cpu_s is None else cpu_s + (io_s or 0.0)
 
 
 def host_limit(rec: Recording) -> Limit:
@@ -127,8 +156,14 @@ def host_limit(rec: Recording) -> Limit:
     parts = {"loading-cpu": cpu_rate, "loading-io": io_rate, "step": step_rate}
     known = {name: rate for name, rate in parts.items() if rate is not None}
     binds = min(known, key=lambda name: known[name]) if known else None
+    steady = known[binds] if binds else None
+    batches = epoch_batches(rec)
+    boundary = (_first_batch_s(rec, cpu_s, io_s) if binds == "step" else step_s) or 0.0
+    per_epoch = steady
+    if steady is not None and batches and boundary > 0:
+        per_epoch = batches / (batches / steady + boundary)
     return Limit(
-        batches_per_s=known[binds] if binds else None,
+        batches_per_s=per_epoch,
         binds=binds,
         loading_cpu_batches_per_s=cpu_rate,
         loading_io_batches_per_s=io_rate,
@@ -137,6 +172,9 @@ def host_limit(rec: Recording) -> Limit:
         step_cpu_s_per_batch=step_cpu,
         io_s_per_batch=io_s,
         step_s=step_s,
+        steady_batches_per_s=steady,
+        epoch_batches=batches,
+        epoch_boundary_s=boundary,
         usable_cores=usable,
         unknown=unknown,
     )
@@ -171,6 +209,11 @@ def limit_words(limit: Limit, rate: float | None, fixed_rate: float | None = Non
     )
     share = share_of_limit(rate, limit)
     text = f"this host's limit of {limit.batches_per_s:.1f} batches/s: {binds}"
+    if limit.steady_batches_per_s and limit.batches_per_s < limit.steady_batches_per_s:
+        text += (
+            f", {limit.steady_batches_per_s:.1f} within an epoch, less each epoch's end"
+            f" ({limit.epoch_boundary_s * 1000:.0f} ms over {limit.epoch_batches} batches)"
+        )
     text = f"{share:.0%} of {text}" if share is not None else f"no rate measured against {text}"
     fixed = share_of_limit(fixed_rate, limit)
     if fixed is not None:

@@ -163,6 +163,19 @@ def loading_cpu(rec: Recording, window: Window | None = None) -> LoadingCpu | No
     return LoadingCpu(_worker_cpu_s(rec, ticks) / seconds, settings.num_workers, usable, main, others)
 
 
+def worker_cpu_per_batch(rec: Recording) -> float | None:
+    """The worker processes' CPU seconds per batch delivered while they ran, over the steady ticks (see _ticks):
+    every batch delivered in them counted, an epoch's first ones too, so that the loading done while an epoch
+    starts and ends is in the figure. None without samples or batches in those ticks."""
+    ticks = _ticks(rec, None)
+    if not ticks or not rec.worker_samples:
+        return None
+    delivered = sum(1 for b in rec.batches if any(a < b.delivered_s <= end for a, end in ticks))
+    if delivered == 0:
+        return None
+    return _worker_cpu_s(rec, ticks) / delivered
+
+
 def _started_at(rec: Recording) -> dict[int, float]:
     """When each worker had finished starting: when its first batch came (workers take turns, so worker k's
     is its epoch's batch k), else its epoch's first batch."""

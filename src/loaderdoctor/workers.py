@@ -21,6 +21,9 @@ from loaderdoctor.usercode import is_user_frame
 
 STACK_SIGNAL = signal.SIGUSR1
 _DUMP_WAIT_S = 1.0
+# A worker that uses less than this share of a core is idle: one blocked on a lock uses none of its own, but
+# check's site sampler (sitesampler.py) wakes in it 100 times a second, 1-2% of a core measured here.
+IDLE_CORE_SHARE = 0.05
 
 
 def machine_busy_cpu_s() -> float:
@@ -125,8 +128,9 @@ class WorkerSampler:
         self.samples = [s for s in self.samples if s.t_s in kept]
         self.host_samples = [s for s in self.host_samples if s.t_s in kept]
 
-    def cpu_idle(self, pids: list[int], window_s: float, min_cpu_s: float = 0.05) -> bool | None:
-        """Whether none of `pids` used more than min_cpu_s of CPU over the last window_s; None if unknown."""
+    def cpu_idle(self, pids: list[int], window_s: float, max_core_share: float = IDLE_CORE_SHARE) -> bool | None:
+        """Whether none of `pids` used more than max_core_share of a core over the last window_s; None if
+        unknown."""
         with self._lock:
             samples = list(self.samples)
         if not samples:
@@ -137,7 +141,7 @@ class WorkerSampler:
             recent = [s for s in series if s.t_s >= now - window_s]
             if not series or series[0].t_s > now - window_s or len(recent) < 2:
                 return None  # not watched long enough to say
-            if recent[-1].cpu_s - recent[0].cpu_s > min_cpu_s:
+            if recent[-1].cpu_s - recent[0].cpu_s > max_core_share * (recent[-1].t_s - recent[0].t_s):
                 return False
         return True
 

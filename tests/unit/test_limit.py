@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from recordings import make_recording
 
@@ -21,14 +23,18 @@ def test_loading_that_computes_in_the_main_process_is_bound_by_the_cores():
     rec = make_recording(settings=MAIN_PROCESS, wait_s=0.05, wait_cpu_share=1.0, step_s=0.02)
     limit = host_limit(rec)
     assert limit.binds == "loading-cpu"
-    assert limit.batches_per_s == pytest.approx(2 / 0.05)
+    assert limit.steady_batches_per_s == pytest.approx(2 / 0.05)
+    # Each epoch of 20 batches pays its last 20 ms step with nothing loading beside it.
+    assert limit.epoch_batches == 20 and limit.epoch_boundary_s == pytest.approx(0.02)
+    assert limit.batches_per_s == pytest.approx(20 / (20 / 40 + 0.02))
     assert limit.cpu_s_per_batch == pytest.approx(0.05)
     assert limit.step_batches_per_s == pytest.approx(50.0)
     assert limit.loading_io_batches_per_s is None  # no wait beyond the CPU
     share = share_of_limit(training_rate(rec), limit)
-    assert share == pytest.approx((1 / 0.07) / 40, rel=0.05)
-    words = limit_words(limit, training_rate(rec), fixed_rate=38.0)
-    assert words.startswith(f"{share:.0%} of this host's limit of 40.0 batches/s: loading's CPU binds (50 ms")
+    assert share == pytest.approx((1 / 0.07) / limit.batches_per_s, rel=0.05)
+    words = limit_words(limit, training_rate(rec), fixed_rate=36.5)
+    assert words.startswith(f"{share:.0%} of this host's limit of 38.5 batches/s: loading's CPU binds (50 ms")
+    assert "40.0 within an epoch, less each epoch's end (20 ms over 20 batches)" in words
     assert words.endswith("the fix reaches 95%")
 
 
@@ -38,20 +44,43 @@ def test_loading_that_waits_on_io_is_bound_by_the_workers_that_could_overlap_it(
     limit = host_limit(rec)
     assert limit.io_s_per_batch == pytest.approx(0.045)
     assert limit.binds == "loading-io"
-    assert limit.batches_per_s == pytest.approx(MAX_IO_WORKERS / 0.05)
+    assert limit.steady_batches_per_s == pytest.approx(MAX_IO_WORKERS / 0.05)
+    assert limit.batches_per_s == pytest.approx(20 / (20 / 320 + 0.001))  # each epoch's last 1 ms step
     assert limit.loading_cpu_batches_per_s == pytest.approx(2 / 0.005)
 
 
 def test_workers_that_keep_up_leave_the_step_binding():
     # Two workers at 0.2 of a core each keep up with a 50 ms step: their waits cannot be seen, the step binds.
-    rec = make_recording(settings=Settings(num_workers=2, persistent_workers=True), cpu_share=0.2, step_s=0.05)
+    # The workers start in 0.5 s once; the second epoch's first batch, from the running workers, takes 0.12 s.
+    persistent = Settings(num_workers=2, persistent_workers=True)
+    rec = make_recording(settings=persistent, cpu_share=0.2, step_s=0.05, first_batch_s=[0.5, 0.12])
     limit = host_limit(rec)
     assert limit.binds == "step"
-    assert limit.batches_per_s == pytest.approx(20.0)
+    assert limit.steady_batches_per_s == pytest.approx(20.0)
     interval = 0.051
-    assert limit.cpu_s_per_batch == pytest.approx(2 * 0.2 * interval, rel=0.05)
+    # The workers' CPU per batch delivered: 0.4 cores over the steady interval, and over the second epoch's
+    # first batch (0.12 s, one batch in 20).
+    assert limit.cpu_s_per_batch == pytest.approx(0.4 * (19 * interval + 0.12) / 20, rel=0.05)
+    # Each epoch's first batch is loaded with the step idle: as measured, once per 20 batches.
+    assert limit.epoch_boundary_s == pytest.approx(0.12)
+    assert limit.batches_per_s == pytest.approx(20 / (1 + 0.12))
+    # Workers started anew each epoch show no such batch: one batch's CPU stands for it (a lower bound).
+    fresh = make_recording(settings=Settings(num_workers=2), cpu_share=0.2, step_s=0.05, first_batch_s=[0.5, 0.5])
+    assert host_limit(fresh).epoch_boundary_s == pytest.approx(host_limit(fresh).cpu_s_per_batch)
     assert "loading-io" in limit.unknown and "kept up" in limit.unknown["loading-io"]
-    assert share_of_limit(training_rate(rec), limit) == pytest.approx(1 / interval / 20, rel=0.05)
+    # This loop runs at the limit: the step binds, and its epochs' first batches are what the limit counts.
+    assert share_of_limit(training_rate(rec), limit) == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_stream_of_unknown_length_is_limited_by_its_steady_rate():
+    rec = make_recording(settings=MAIN_PROCESS, wait_s=0.05, wait_cpu_share=1.0, step_s=0.02)
+    stream = dataclasses.replace(
+        rec, batches_per_epoch=None, epochs=[dataclasses.replace(e, ended="left") for e in rec.epochs]
+    )
+    limit = host_limit(stream)
+    assert limit.epoch_batches is None
+    assert limit.batches_per_s == limit.steady_batches_per_s == pytest.approx(40.0)
+    assert "within an epoch" not in limit_words(limit, 10.0)
 
 
 def test_an_unmeasurable_limit_says_why_and_makes_no_figure_up():

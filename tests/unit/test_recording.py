@@ -219,7 +219,7 @@ def test_measurements_of_a_small_recording():
         "sample_errors": 0,
         # 5 ms of CPU and 5 ms more of waiting per batch in the main process, a 40 ms step: the step binds.
         "limit": {
-            "batches_per_s": 25.0,
+            "batches_per_s": 23.81,  # 5 batches in 5 steps and the first batch's 10 ms of loading
             "binds": "step",
             "loading_cpu_batches_per_s": 400.0,  # 2 cores / 5 ms
             "loading_io_batches_per_s": 1600.0,  # 16 workers / 10 ms
@@ -228,10 +228,13 @@ def test_measurements_of_a_small_recording():
             "step_cpu_ms_per_batch": None,  # no samples of the machine
             "io_ms_per_batch": 5.0,
             "step_ms": 40.0,
+            "steady_batches_per_s": 25.0,
+            "epoch_batches": 5,
+            "epoch_boundary_ms": 10.0,
             "usable_cores": 2.0,
             "unknown": {},
         },
-        "share_of_limit": 0.588,  # 14.706 of 25
+        "share_of_limit": 0.618,  # 14.706 of 23.81
     }
 
 

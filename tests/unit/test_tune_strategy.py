@@ -255,3 +255,19 @@ def test_the_climb_stops_at_the_hosts_limit():
     assert four.note == "100% of this host's limit (40.0 batches/s): more workers cannot do much better"
     assert result.chosen.settings.num_workers == 4
     assert host.now < unknown.now  # fewer trials, less time
+
+
+def test_the_thread_backend_is_tried_before_the_counts_and_prefetch_are_refined():
+    # Big batches: processes copy each one between processes and gain little; threads share them and win. A budget
+    # for the climb (0, 1, 2, 4 workers) and two more trials must spend them on threads, not on 3 workers.
+    def rate(settings: Settings) -> float:
+        if settings.backend == "thread":
+            return 33.0
+        return 25.0 if settings.num_workers == 0 else 28.0 + settings.num_workers * 0.2
+
+    host = FakeHost(rate, cpu_share=0.4, epoch_batches=lambda s: 20)
+    trials_s = TRIAL_S * 7 + 1.0  # the baseline, the climb of four, two refinements
+    result = _search(host, _limits(threads=True), budget_s=trials_s).run()
+    refined = host.ran[5:]
+    assert refined and refined[0].backend == "thread", host.ran
+    assert result.chosen.settings.backend == "thread"

@@ -192,11 +192,15 @@ def test_cpu_idle_on_hand_fed_samples():
     assert sampler.cpu_idle([1], 2.0) is None  # no samples at all
     _feed(sampler, 1, [(0.0, 0.0), (1.0, 0.5), (2.0, 1.0), (3.0, 1.02), (4.0, 1.04)])  # busy, then idle
     _feed(sampler, 2, [(0.0, 0.0), (1.0, 0.3), (2.0, 0.6), (3.0, 0.9), (4.0, 1.2)])  # busy throughout
-    assert sampler.cpu_idle([1], 2.0) is True  # 0.04 CPU s in the last 2 s
+    assert sampler.cpu_idle([1], 2.0) is True  # 0.04 CPU s in the last 2 s: 2% of a core, check's sampler's
     assert sampler.cpu_idle([1], 3.0) is False  # 0.54 CPU s in the last 3 s
     assert sampler.cpu_idle([2], 2.0) is False
     assert sampler.cpu_idle([1, 2], 2.0) is False
-    assert sampler.cpu_idle([1], 2.0, min_cpu_s=0.01) is False
+    assert sampler.cpu_idle([1], 2.0, max_core_share=0.01) is False
+    _feed(sampler, 5, [(0.0, 0.0), (2.0, 0.09), (4.0, 0.3)])  # 4.5% of a core, then 10.5%
+    assert sampler.cpu_idle([5], 2.0) is False
+    assert sampler.cpu_idle([5], 4.0) is False  # 7.5% over the 4 s
+    assert sampler.cpu_idle([5], 1.0) is None  # one sample in the window: not watched long enough
 
 
 def test_cpu_idle_is_unknown_when_not_watched_long_enough():

@@ -13,7 +13,7 @@ from rich.text import Text
 from loaderdoctor.render.console import finding_view
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import Verification
-from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport, ScaleRun
+from loaderdoctor.scale.report import RankFigures, ScaleLoaderReport, ScaleReport, ScaleRun
 
 # An efficiency under this is a scaling problem worth colour.
 _POOR_EFFICIENCY = 0.7
@@ -51,7 +51,7 @@ def _runs(runs: list[ScaleRun]) -> Table:
     table.add_column("ranks", justify="right")
     table.add_column("samples/s", justify="right")
     table.add_column("efficiency", justify="right")
-    table.add_column("per rank: samples/s (waiting on data)")
+    table.add_column("per rank: samples/s (waiting on data; share of the rank's limit, its cores shared)")
     base = runs[0].base_ranks if runs else 1
     for run in runs:
         total = "-" if run.samples_per_s is None else f"{run.samples_per_s:.1f}"
@@ -60,18 +60,23 @@ def _runs(runs: list[ScaleRun]) -> Table:
         else:
             style = "bold red" if run.efficiency < _POOR_EFFICIENCY else "green"
             efficiency = f"[{style}]{run.efficiency:.2f}[/]"
-        ranks = "  ".join(_rank_cell(f.rank, f.samples_per_s, f.wait_fraction, f.outcome) for f in run.per_rank)
+        ranks = "  ".join(_rank_cell(f) for f in run.per_rank)
         table.add_row(str(run.ranks), total, efficiency, ranks)
     if base != 1:
         table.caption = f"efficiency against {base} ranks: the smallest run measured"
     return table
 
 
-def _rank_cell(rank: int, rate: float | None, wait: float | None, outcome: str) -> str:
-    if rate is None:
-        return f"r{rank} [red]{outcome}[/]"
-    waiting = "" if wait is None else f" ({wait * 100:.0f}%)"
-    return f"r{rank} {rate:.1f}{waiting}"
+def _rank_cell(figures: RankFigures) -> str:
+    """'r1 45.2 (30%; 85% of limit)': a rank's rate, its wait on data, its share of its limit where known."""
+    if figures.samples_per_s is None:
+        return f"r{figures.rank} [red]{figures.outcome}[/]"
+    notes = []
+    if figures.wait_fraction is not None:
+        notes.append(f"{figures.wait_fraction * 100:.0f}%")
+    if figures.share_of_limit is not None:
+        notes.append(f"{figures.share_of_limit:.0%} of limit")
+    return f"r{figures.rank} {figures.samples_per_s:.1f}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _proof(v: Verification) -> Group:

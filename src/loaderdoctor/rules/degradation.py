@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
-from loaderdoctor.rules.runchanges import TAKES_CORES, Change, figure, number, ranked_changes
+from loaderdoctor.rules.runchanges import ranked_changes
+from loaderdoctor.rules.runfigures import TAKES_CORES, Change, figure, number
 
 if TYPE_CHECKING:  # at run time the history imports this module, not the other way round
     from loaderdoctor.history.records import RunRecord

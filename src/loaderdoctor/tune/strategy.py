@@ -6,7 +6,7 @@ halving, all through one measure function and within a time budget.
    end: it does the main process's work elsewhere and shows no parallelism yet). The climb goes past the
    cores only while the workers wait (I/O) rather than compute, and stops early once the loader keeps up
    with the training step.
-3. Refine (full mode): the counts between the best and its tried neighbours; a larger prefetch; threads.
+3. Refine (full mode): threads; the counts between the best and its tried neighbours; a larger prefetch.
 4. Final: the fastest few are measured again, the slower half dropped, the rest measured once more.
    Rates within EQUAL of the fastest count as equal and the cheapest of them is chosen; with a training
    step, the cheapest that keeps up with it.
@@ -109,9 +109,11 @@ class Search:
             raise ValueError(f"a budget of {self.budget_s:g} s cannot pay for one trial of {self.trial_s:g} s")
         best = self._climb()
         if not self.quick and best is not None:
+            # The other backend first: a change of kind (no copy of each batch between processes, no process
+            # to start) can be worth far more than the few percent a count or a prefetch between refines.
+            self._threads(best)
             best = self._between(best)
             best = self._prefetch(best)
-            self._threads(best)
         chosen = self._final(baseline)
         return SearchResult(
             trials=self.trials,
