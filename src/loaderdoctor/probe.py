@@ -60,6 +60,12 @@ class ProbeProgress:
 
 # A window's warm-up lasts at least this long, so that the workers of a session paused just before go idle.
 SETTLE_S = 0.2
+# A session resumes with the batches its workers prefetched during the pause: a loop whose step is nearly as long
+# as a batch's loading drains that backlog slowly (4 batches at 1/step - 1/interval = 8 batches/s: 0.5 s). The
+# warm-up goes on until a batch waits in next() for this share of the step (the loop has caught up with the
+# workers), or BACKLOG_ROUNDS times the batches in flight went by (a loader that keeps up never waits).
+CAUGHT_UP_SHARE = 0.1
+BACKLOG_ROUNDS = 4
 
 
 class ProbeSession(EpochLoop):
@@ -249,6 +255,7 @@ class ProbeSession(EpochLoop):
                         share_epochs=False,
                         steady=False,
                     )
+                    self._drain_backlog(give_up=begun + seconds / 2, epochs=epochs)
                 measured_from = self.clock()
                 self.sampler.sample_once()  # the window's CPU figures start exactly here
                 with contextlib.suppress(StopMeasuring):  # the step ended the window (ranks stop together)
@@ -266,6 +273,22 @@ class ProbeSession(EpochLoop):
         window = Window(measured_from - self.started, self.clock() - self.started)
         self.rec.windows.append(window)
         return window
+
+    def _drain_backlog(self, *, give_up: float, epochs: int | None) -> None:
+        """Deliver batches, outside the window, until one waits CAUGHT_UP_SHARE of the step (see BACKLOG_ROUNDS):
+        batches prefetched during a pause would make the window's first seconds look faster than steady running."""
+        if self.step is None or not self.settings.num_workers:
+            return  # without a step the backlog goes at once; without workers there is none
+        for _ in range(BACKLOG_ROUNDS * self.settings.batches_in_flight):
+            delivered = len(self.rec.batches)
+            self._roll(
+                until=self.clock(), min_batches=1, give_up=give_up, epochs=epochs, share_epochs=False, steady=False
+            )
+            if len(self.rec.batches) == delivered or self.clock() >= give_up:
+                return  # nothing more came: the run ended, or the time for warming up is spent
+            last = self.rec.batches[-1]
+            if last.index > 0 and last.wait_s >= CAUGHT_UP_SHARE * last.step_s:
+                return
 
     def _epoch_start_s(self) -> float:
         """How long an epoch's start has taken in this run so far (a window waits that long, twice, for its
