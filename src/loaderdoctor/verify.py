@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from loaderdoctor.budget import deadline_allowance
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.probe import ProbeProgress, ProbeSession
+from loaderdoctor.probesession import ProbeProgress, ProbeSession
 from loaderdoctor.recording import OtherProcess, Recording, Window, first_startup_s, steady_batches, training_rate
 from loaderdoctor.report import Finding, Verification
 from loaderdoctor.settings import LoaderSpec, Settings

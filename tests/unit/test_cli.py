@@ -12,7 +12,7 @@ from rich.console import Console
 from loaderdoctor import scenarios
 from loaderdoctor.cli import main
 from loaderdoctor.history.store import load_runs
-from loaderdoctor.probe import ProbeProgress
+from loaderdoctor.probesession import ProbeProgress
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render import tune as tune_render

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import types
 
-from loaderdoctor.probe import BACKLOG_ROUNDS, CAUGHT_UP_SHARE, ProbeSession
+from loaderdoctor.probesession import BACKLOG_ROUNDS, CAUGHT_UP_SHARE, ProbeSession
 from loaderdoctor.recording import BatchRecord
 from loaderdoctor.settings import Settings
 

@@ -21,7 +21,7 @@ from loaderdoctor import target as targets
 from loaderdoctor.budget import deadline_allowance
 from loaderdoctor.errors import LoaderDoctorError, StopMeasuring, UsageError
 from loaderdoctor.fingerprints import sample_fingerprints
-from loaderdoctor.probe import ProbeSession
+from loaderdoctor.probesession import ProbeSession
 from loaderdoctor.scale.job import RankJob
 from loaderdoctor.scale.results import LoaderFacts, RankLoader, RankResult
 from loaderdoctor.settings import LoaderSpec

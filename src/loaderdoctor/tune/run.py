@@ -15,7 +15,7 @@ from loaderdoctor.budget import check_budget
 from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.forksafety import safe_start_method
 from loaderdoctor.host import host_facts
-from loaderdoctor.probe import ProbeProgress
+from loaderdoctor.probesession import ProbeProgress
 from loaderdoctor.recording import Recording, mean_batch_bytes
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.threads import threads_available

@@ -9,13 +9,10 @@ on_validation_start. A validation run inside a training epoch is set aside from 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-import math
-import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rich.console import Console
@@ -23,11 +20,10 @@ from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.forksafety import iterator_facts
-from loaderdoctor.recording import IteratorFacts
 from loaderdoctor.render.console import render
 from loaderdoctor.report import LoaderReport, Report
-from loaderdoctor.watch.census import WorkerCensus
-from loaderdoctor.watch.hooked import HookedLoader, Moment, raised_in_loading
+from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
+from loaderdoctor.watch.lightningfit import Fit, batch_count, dataloaders_of, facts_after_iter, moment
 from loaderdoctor.watch.progress import epoch_line
 
 try:
@@ -61,59 +57,6 @@ def _measuring(hook: _Hook) -> _Hook:
             )
 
     return guarded  # type: ignore[return-value]
-
-
-def _dataloaders(iterables: Any) -> list[Any]:
-    """The loaders of what a trainer iterates: one loader, or a list or dict of them (a combined loader)."""
-    if iterables is None:
-        return []
-    if isinstance(iterables, Mapping):
-        return [loader for value in iterables.values() for loader in _dataloaders(value)]
-    if isinstance(iterables, (list, tuple)):
-        return [loader for value in iterables for loader in _dataloaders(value)]
-    return [iterables]
-
-
-def _batches(count: float | int | None) -> int | None:
-    return None if count is None or math.isinf(count) else int(count)
-
-
-class _Fit:
-    """What one fit keeps: a HookedLoader per loader (by key: "train", "val", "val_1"...), the census of their
-    workers, and where the loop stands."""
-
-    def __init__(self, base: str, trainer: Trainer) -> None:
-        self.base = base
-        self.census = WorkerCensus()
-        self.loaders: dict[str, HookedLoader] = {}
-        self.skipped: set[str] = set()  # keys whose loader cannot be measured (not a torch DataLoader)
-        # The first epoch's start: the last hook before the trainer's iter() of the train loader, with the main
-        # process's state then (the train loader is not built yet: its start method is filled in later).
-        self.fit_start: tuple[Moment, IteratorFacts] = (_moment(), iterator_facts(0, None))
-        self.log_every = 1
-        self.val_from: Moment | None = None  # when the validation run under way began (its iter())
-        self.val_facts: IteratorFacts | None = None  # the main process's state then
-        self.val_key: str | None = None  # the val loader whose batches come now
-        self.steps_since_log = 0
-        self.broken = False
-        self.finished = False
-        self.main = trainer.global_rank == 0
-
-    @property
-    def train(self) -> HookedLoader | None:
-        return self.loaders.get("train")
-
-
-def _moment() -> Moment:
-    return time.perf_counter(), time.process_time()
-
-
-def _facts_after_iter() -> IteratorFacts:
-    """The main process's state just after a validation's iter(), less the pin-memory thread that iter() itself
-    started once its workers were started (so no hazard to them)."""
-    facts = iterator_facts(0, None)
-    threads = [t for t in facts.threads if "_pin_memory_loop" not in f"{t.name} {t.runs}"]
-    return dataclasses.replace(facts, threads=threads)
 
 
 class LoaderDoctorCallback(Callback):
@@ -153,14 +96,14 @@ class LoaderDoctorCallback(Callback):
         self.history = history
         self.log_every_n_steps = log_every_n_steps
         self.reports: dict[str, LoaderReport] = {}
-        self._fit: _Fit | None = None
+        self._fit: Fit | None = None
 
     # The fit
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.reports = {}
         try:
-            self._fit = _Fit(self.name or type(pl_module).__name__, trainer)
+            self._fit = Fit(self.name or type(pl_module).__name__, trainer)
             self._fit.log_every = self.log_every_n_steps or max(1, int(trainer.log_every_n_steps or 1))
         except Exception as error:  # the fit goes on unmeasured
             self._fit = None
@@ -170,7 +113,7 @@ class LoaderDoctorCallback(Callback):
     @_measuring
     def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         assert self._fit is not None
-        self._fit.fit_start = (_moment(), iterator_facts(0, None))
+        self._fit.fit_start = (moment(), iterator_facts(0, None))
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._finish(trainer)
@@ -189,7 +132,7 @@ class LoaderDoctorCallback(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         fit = self._fit
         assert fit is not None
-        train = self._loader(trainer, "train", trainer.train_dataloader, _batches(trainer.num_training_batches))
+        train = self._loader(trainer, "train", trainer.train_dataloader, batch_count(trainer.num_training_batches))
         if train is None:
             return
         if train.epoch < 0:
@@ -215,7 +158,7 @@ class LoaderDoctorCallback(Callback):
         if train is None:
             return
         train.batch_ended()
-        total = _batches(trainer.num_training_batches)
+        total = batch_count(trainer.num_training_batches)
         if total is not None and batch_idx + 1 >= total:
             train.epoch_ended()  # now, not at on_train_epoch_end: the validation that follows is not the epoch's
         fit.steps_since_log += 1
@@ -244,8 +187,8 @@ class LoaderDoctorCallback(Callback):
             return
         train = fit.train
         # The validation's iter() ran after the last training batch's end hook: from there the time is its own.
-        fit.val_from = train.idle_since if train is not None and not train.in_step else _moment()
-        fit.val_facts = _facts_after_iter()
+        fit.val_from = train.idle_since if train is not None and not train.in_step else moment()
+        fit.val_facts = facts_after_iter()
         fit.val_key = None
         if train is not None:
             train.pause(fit.val_from)
@@ -256,7 +199,7 @@ class LoaderDoctorCallback(Callback):
     ) -> None:
         fit = self._fit
         assert fit is not None
-        loaders = _dataloaders(trainer.val_dataloaders)
+        loaders = dataloaders_of(trainer.val_dataloaders)
         key = "val" if len(loaders) <= 1 else f"val_{dataloader_idx}"
         if trainer.sanity_checking:
             # Not measured, but its workers are the val loader's: persistent ones serve the fit's validation.
@@ -275,7 +218,7 @@ class LoaderDoctorCallback(Callback):
             loader = loaders[dataloader_idx] if dataloader_idx < len(loaders) else None
             batches = trainer.num_val_batches
             count = batches[dataloader_idx] if isinstance(batches, list) and dataloader_idx < len(batches) else None
-            hooked = self._loader(trainer, key, loader, _batches(count))
+            hooked = self._loader(trainer, key, loader, batch_count(count))
             if hooked is None:
                 return
             hooked.epoch_started(started, fit.val_facts)
@@ -333,7 +276,7 @@ class LoaderDoctorCallback(Callback):
             return fit.loaders[key]
         if key in fit.skipped:
             return None
-        loaders = _dataloaders(iterables)
+        loaders = dataloaders_of(iterables)
         if not loaders or not all(isinstance(loader, DataLoader) for loader in loaders):
             fit.skipped.add(key)
             kinds = ", ".join(sorted({type(loader).__name__ for loader in loaders})) or "nothing"
