@@ -135,6 +135,8 @@ VERDICTS = (
     "not-measured",
 )
 HELPING = frozenset({"faster", "quicker-start", "as-fast", "rescued"})
+# Verdicts that measured no rate of the fix on the same data as the original's.
+NO_RATE = frozenset({"not-measured", "other-data", "failed"})
 
 
 @dataclass
@@ -172,7 +174,7 @@ class Verification:
     @property
     def speedup(self) -> float | None:
         """after / before, when both were measured on the same data; never for a run cut short."""
-        if self.verdict in ("not-measured", "other-data", "failed") or self.before <= 0:
+        if self.verdict in NO_RATE or self.before <= 0:
             return None
         return self.after / self.before
 
@@ -225,7 +227,7 @@ class LoaderReport:
         v = self.verification
         if v is None or v.after_outcome != "completed" or v.after <= 0:
             return None
-        return None if v.verdict in ("not-measured", "other-data", "failed") else v.after
+        return None if v.verdict in NO_RATE else v.after
 
     def to_dict(self) -> dict[str, Any]:
         return {

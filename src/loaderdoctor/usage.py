@@ -3,6 +3,7 @@ processes' share of the machine, and workers' memory once started."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 
@@ -170,10 +171,16 @@ def worker_cpu_per_batch(rec: Recording) -> float | None:
     ticks = _ticks(rec, None)
     if not ticks or not rec.worker_samples:
         return None
-    delivered = sum(1 for b in rec.batches if any(a < b.delivered_s <= end for a, end in ticks))
+    starts = [a for a, _ in ticks]  # consecutive sampling moments: sorted, not overlapping
+    delivered = 0
+    for batch in rec.batches:
+        k = bisect.bisect_left(starts, batch.delivered_s) - 1  # the tick starting before it, if any
+        delivered += k >= 0 and batch.delivered_s <= ticks[k][1]
     if delivered == 0:
         return None
-    return _worker_cpu_s(rec, ticks) / delivered
+    # A long watched run keeps an even thinning of its batches: each kept one stands for that many.
+    kept_share = len(rec.batches) / rec.batches_delivered if rec.batches_delivered else 1.0
+    return _worker_cpu_s(rec, ticks) * kept_share / delivered
 
 
 def _started_at(rec: Recording) -> dict[int, float]:

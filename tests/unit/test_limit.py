@@ -14,6 +14,7 @@ from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial
+from loaderdoctor.usage import worker_cpu_per_batch
 
 MAIN_PROCESS = Settings(num_workers=0)
 
@@ -137,3 +138,10 @@ def test_a_fix_that_failed_has_no_share_of_the_limit():
     report = _report_with_fix("failed", 14.0, 0.0)
     assert report.fixed_rate is None
     assert report.to_dict()["verification"]["share_of_limit"] is None
+
+
+def test_loadings_cpu_per_batch_holds_for_a_long_run_that_kept_a_thinning_of_its_batches():
+    rec = make_recording(settings=Settings(num_workers=2, persistent_workers=True), cpu_share=0.6, step_s=0.02)
+    whole = worker_cpu_per_batch(rec)
+    thinned = dataclasses.replace(rec, batches=rec.batches[::2], batches_delivered=len(rec.batches))
+    assert whole is not None and worker_cpu_per_batch(thinned) == pytest.approx(whole, rel=0.15)

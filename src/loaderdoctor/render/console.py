@@ -12,7 +12,7 @@ from rich.text import Text
 
 from loaderdoctor.limit import limit_words
 from loaderdoctor.recording import Recording
-from loaderdoctor.report import Finding, LoaderReport, Report, Verification, measurements
+from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
 from loaderdoctor.settings import Settings
 from loaderdoctor.words import plural
 
@@ -153,7 +153,7 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     lines: list[Any] = [Text.assemble(("\n" + head, style), change)]
     if v.verdict == "rescued":
         figures = f"{v.before_outcome} → {v.after:.1f} batches/s: "
-    elif v.verdict in ("not-measured", "failed", "other-data"):
+    elif v.verdict in NO_RATE:
         figures = ""
     else:
         figures = f"{v.before:.1f} → {v.after:.1f} batches/s: "
