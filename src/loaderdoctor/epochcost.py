@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoctor.plaindata import dataclass_from_written
 from loaderdoctor.recording import epoch_batches, training_rate
 from loaderdoctor.words import duration, money
 
@@ -51,6 +52,8 @@ class EpochCost:
         saved = self.saved_per_epoch
         return {
             "batches": self.batches,
+            "batches_per_s": self.batches_per_s,  # unrounded, as the figures below derive from them
+            "fixed_batches_per_s": self.fixed_batches_per_s,
             "epoch_s": round(self.epoch_s, 6),
             "fixed_epoch_s": None if fixed_s is None else round(fixed_s, 6),
             "cost_per_hour": self.cost_per_hour,
@@ -58,6 +61,11 @@ class EpochCost:
             "fixed_cost_per_epoch": None if (c := self._cost(fixed_s)) is None else round(c, 6),
             "saved_per_epoch": None if saved is None else round(saved, 6),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EpochCost:
+        """The EpochCost whose to_dict() is `data` (its times and costs recomputed)."""
+        return dataclass_from_written(cls, data)
 
 
 def epoch_cost(report: Any, batches: int | None, cost_per_hour: float | None) -> EpochCost | None:

@@ -1,5 +1,5 @@
-"""Dataclasses rebuilt from their plain data (what dataclasses.asdict gives, after a JSON round trip), guided by
-their fields' type hints, so that a dataclass gains a from_dict without a line per field."""
+"""Dataclasses rebuilt from their plain data (what dataclasses.asdict or their to_dict gives, after a JSON round
+trip), guided by their fields' type hints, so that a dataclass gains a from_dict without a line per field."""
 
 from __future__ import annotations
 
@@ -18,6 +18,21 @@ def dataclass_from_dict(cls: type[T], data: dict[str, Any]) -> T:
     that is no field raises TypeError, as calling `cls` with it would."""
     hints = _field_hints(cls)
     return cls(**{name: _from_plain(hints[name], value) if name in hints else value for name, value in data.items()})
+
+
+def dataclass_from_written(
+    cls: type[T], data: dict[str, Any], renamed: dict[str, str] | None = None, **given: Any
+) -> T:
+    """The `cls` instance whose to_dict() wrote `data`: keys renamed to their fields as `renamed` says (written
+    key -> field), keys that name no field left out (figures to_dict derives from the fields, recomputed by the
+    instance), the other fields rebuilt as dataclass_from_dict does, and the fields in `given` taken as they are.
+    A field missing from both takes its default; a required one missing raises TypeError, as calling `cls` would."""
+    hints = _field_hints(cls)
+    renamed = renamed or {}
+    rebuilt = hints.keys() - given.keys()
+    written = {renamed.get(key, key): value for key, value in data.items()}
+    fields = {name: _from_plain(hints[name], value) for name, value in written.items() if name in rebuilt}
+    return cls(**{**fields, **given})
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from typing import Any
 
 from loaderdoctor.epochcost import EpochCost
 from loaderdoctor.limit import Limit, host_limit, share_of_limit
+from loaderdoctor.plaindata import dataclass_from_written
 from loaderdoctor.recording import (
     OtherProcess,
     Recording,
@@ -114,7 +115,14 @@ class Finding:
             "evidence": self.evidence,
             "fix": self.fix,
             "snippet": self.snippet,
+            "settings_change": self.settings_change,
+            "impact": self.impact,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        """The Finding whose to_dict() is `data`."""
+        return dataclass_from_written(cls, data)
 
 
 # What the measuring showed of a fix: faster (helps); quicker-start (its workers start far sooner, once per
@@ -137,6 +145,13 @@ VERDICTS = (
 HELPING = frozenset({"faster", "quicker-start", "as-fast", "rescued"})
 # Verdicts that measured no rate of the fix on the same data as the original's.
 NO_RATE = frozenset({"not-measured", "other-data", "failed"})
+
+# Verification.to_dict's keys that name a field otherwise.
+_VERIFICATION_KEYS = {
+    "window_pairs": "pairs",
+    "busy_window_pairs": "busy_pairs",
+    "other_processes_cores": "other_cores",
+}
 
 
 @dataclass
@@ -198,11 +213,19 @@ class Verification:
             "other_processes": [dataclasses.asdict(p) for p in self.other_processes],
             "note": self.note,
             "source": self.source,
+            "after_recording": None if self.after_recording is None else self.after_recording.to_dict(),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verification:
+        """The Verification whose to_dict() is `data` (its speedup, helped and share_of_limit recomputed)."""
+        return dataclass_from_written(cls, data, _VERIFICATION_KEYS)
 
 
 @dataclass
 class LoaderReport:
+    """One loader's check: its recording, the findings on it, the fix measured, and an epoch's cost."""
+
     name: str
     recording: Recording
     findings: list[Finding]
@@ -236,16 +259,27 @@ class LoaderReport:
             "findings": [f.to_dict() for f in self.findings],
             "verification": None if self.verification is None else self._verification_dict(self.verification),
             "epoch": None if self.epoch_cost is None else self.epoch_cost.to_dict(),
+            "recording": self.recording.to_dict(),  # last: the figures above are what a reader looks for
         }
 
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> LoaderReport:
+        """The LoaderReport of loader `name` whose to_dict() is `data` (its measurements recomputed)."""
+        return dataclass_from_written(cls, data, {"epoch": "epoch_cost"}, name=name)
+
     def _verification_dict(self, verification: Verification) -> dict[str, Any]:
-        """The verification, with the fix's rate as a share of the limit the report states (self.limit)."""
+        """The verification, with the fix's rate as a share of the limit the report states (self.limit), and
+        the fix's recording last."""
+        written = verification.to_dict()
+        after_recording = written.pop("after_recording")
         share = share_of_limit(self.fixed_rate, self.limit)
-        return {**verification.to_dict(), "share_of_limit": _rounded(share, 3)}
+        return {**written, "share_of_limit": _rounded(share, 3), "after_recording": after_recording}
 
 
 @dataclass
 class Report:
+    """A check of a target's loaders (schema loaderdoctor.check/1)."""
+
     target: str
     loaders: dict[str, LoaderReport]
 
@@ -263,3 +297,8 @@ class Report:
             "target": self.target,
             "loaders": {name: lr.to_dict() for name, lr in self.loaders.items()},
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """The Report whose to_dict() is `data`."""
+        return cls(data["target"], {name: LoaderReport.from_dict(name, lr) for name, lr in data["loaders"].items()})

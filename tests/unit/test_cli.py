@@ -56,8 +56,8 @@ def test_scenarios_lists_every_scenario(capsys):
         (["check", "--epochs", "two"], "--epochs must be a whole number of epochs, not 'two'"),
         (["tune", "--max-workers", "0"], "--max-workers must be 1 or more workers, not '0'"),
         (["tune", "--budget", "1e999"], "--budget must be a finite number of seconds, not '1e999'"),
-        (["bogus"], "unknown command 'bogus': use one of check, tune, scale, plan, history, scenarios"),
-        ([], "give a command: one of check, tune, scale, plan, history, scenarios"),
+        (["bogus"], "unknown command 'bogus': use one of check, tune, scale, plan, history, report, scenarios"),
+        ([], "give a command: one of check, tune, scale, plan, history, report, scenarios"),
         (["check", "--budget"], "--budget: expected one argument"),
     ],
 )
@@ -133,7 +133,7 @@ def test_check_json_on_a_tiny_loader(tmp_path, capsys):
     assert m["outcome"] == "completed"
     assert isinstance(loader["findings"], list)
     for finding in loader["findings"]:
-        assert set(finding) == {"rule", "severity", "title", "evidence", "fix", "snippet"}
+        assert set(finding) == {"rule", "severity", "title", "evidence", "fix", "snippet", "settings_change", "impact"}
     assert loader["verification"] is None
     critical = any(f["severity"] == "critical" for f in loader["findings"])
     assert status == (1 if critical else 0)
@@ -240,7 +240,9 @@ def test_json_render_matches_the_report():
     assert verification["speedup"] == 2.48
     assert verification["settings"] == Settings(num_workers=2, persistent_workers=True).to_dict()
     assert [f["rule"] for f in data["loaders"]["train"]["findings"]] == ["input-bound", "stray-workers"]
-    assert "settings_change" not in data["loaders"]["train"]["findings"][0]
+    diagnosis = data["loaders"]["train"]["findings"][0]  # what a saved report needs to load back (saved.py)
+    assert diagnosis["settings_change"] == {"num_workers": 2, "persistent_workers": True}
+    assert diagnosis["impact"] == 0.375
 
 
 def test_report_exit_status():

@@ -17,8 +17,7 @@ from loaderdoctor.commands.arguments import (
     number,
 )
 from loaderdoctor.commands.running import kept, measure_and_show
-from loaderdoctor.render import console as console_render
-from loaderdoctor.render import json as json_render
+from loaderdoctor.commands.showing import add_html_arg, show
 from loaderdoctor.report import Report
 
 NAME = "check"
@@ -38,6 +37,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_step_arg(parser)
     add_json_arg(parser, SCHEMA)
+    add_html_arg(parser)
     add_history_arg(parser)
     parser.add_argument("--no-verify", action="store_true", help="do not measure the prescribed settings")
     parser.add_argument(
@@ -73,15 +73,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 cost_per_hour=args.cost_per_hour,
             ),
         ),
-        lambda report: _show(report, args, out),
+        lambda report: show(report, args, out, err),
         err,
         report_type=Report,
         interrupted="interrupted: what was measured before Ctrl-C (no fix verified for the loader interrupted)",
     )
-
-
-def _show(report: Report, args: argparse.Namespace, out: Console) -> None:
-    if args.json:
-        print(json_render.render(report))
-    else:
-        console_render.render(report, out)

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.action is None:
         runs = load_runs(name=args.name, limit=args.limit)
     elif args.action == "show":
-        runs = [_one(args.run_id)]
+        runs = [find_run(args.run_id)]
     else:
         raise UsageError(
             f"unknown history action {args.action!r}",
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return 0
 
 
-def _one(text: str | None) -> RunRecord:
-    """The run that `history show TEXT` names: an id, or 'latest'."""
+def find_run(text: str | None) -> RunRecord:
+    """The run that `history show TEXT` (or `report TEXT`) names: an id, or 'latest'."""
     where = history_path()
     if text is None:
         raise UsageError("history show needs a run id", hint="`loaderdoctor history` lists the runs with their ids")

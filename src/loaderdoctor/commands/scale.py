@@ -16,8 +16,7 @@ from loaderdoctor.commands.arguments import (
     count,
 )
 from loaderdoctor.commands.running import kept, measure_and_show
-from loaderdoctor.render import json as json_render
-from loaderdoctor.render import scale as scale_render
+from loaderdoctor.commands.showing import add_html_arg, show
 from loaderdoctor.scale.report import SCHEMA, ScaleReport
 from loaderdoctor.scale.run import DEFAULT_BUDGET_S, DEFAULT_RANKS, scale
 
@@ -37,6 +36,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     add_step_arg(parser, ", then a collective across the ranks as DDP's gradient all-reduce")
     add_budget_arg(parser, DEFAULT_BUDGET_S, "measuring per rank count (each launch's start on top)")
     add_json_arg(parser, SCHEMA)
+    add_html_arg(parser)
     add_history_arg(parser)
     nodes = parser.add_argument_group("across machines (run the same command on every node)")
     nodes.add_argument("--nnodes", type=count("nodes", minimum=1), default=1, metavar="N", help="nodes in the job")
@@ -77,15 +77,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 progress=live.scale_update,
             ),
         ),
-        lambda report: _show(report, args, out),
+        lambda report: show(report, args, out, err),
         err,
         report_type=ScaleReport,
         interrupted="interrupted: every rank was ended",
     )
-
-
-def _show(report: ScaleReport, args: argparse.Namespace, out: Console) -> None:
-    if args.json:
-        print(json_render.render(report))
-    else:
-        scale_render.render(report, out)

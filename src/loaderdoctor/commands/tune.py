@@ -15,8 +15,7 @@ from loaderdoctor.commands.arguments import (
     count,
 )
 from loaderdoctor.commands.running import kept, measure_and_show
-from loaderdoctor.render import json as json_render
-from loaderdoctor.render import tune as tune_render
+from loaderdoctor.commands.showing import add_html_arg, show
 from loaderdoctor.tune import tune
 from loaderdoctor.tune.result import TuneReport
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S
@@ -46,6 +45,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="only climb the worker counts (fewer, shorter trials)")
     add_json_arg(parser, SCHEMA)
+    add_html_arg(parser)
     add_history_arg(parser)
 
 
@@ -65,15 +65,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 progress=live.tune_update,
             ),
         ),
-        lambda report: _show(report, args, out),
+        lambda report: show(report, args, out, err),
         err,
         report_type=TuneReport,
         interrupted="interrupted: the trials measured before Ctrl-C (nothing chosen for the loader interrupted)",
     )
-
-
-def _show(report: TuneReport, args: argparse.Namespace, out: Console) -> None:
-    if args.json:
-        print(json_render.render(report))
-    else:
-        tune_render.render(report, out)

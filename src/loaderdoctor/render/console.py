@@ -91,7 +91,7 @@ def finding_view(finding: Finding) -> Group:
         (f"{finding.rule:<21}", "bold"),
         finding.title,
     )
-    evidence = ", ".join(f"{k}={_short(v)}" for k, v in finding.evidence.items())
+    evidence = ", ".join(f"{k}={short_value(v)}" for k, v in finding.evidence.items())
     body: list[Any] = [
         Text.assemble(("evidence  ", "dim"), evidence),
         Text.assemble(("fix       ", "dim"), finding.fix),
@@ -101,13 +101,14 @@ def finding_view(finding: Finding) -> Group:
     return Group(Text(""), head, Padding(Group(*body), (0, 0, 0, 4)))
 
 
-def _short(value: Any) -> str:
+def short_value(value: Any) -> str:
+    """An evidence value as the reports show it: 3 significant digits, a long list cut after six."""
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, list) and len(value) > 6:
-        return "[" + ", ".join(_short(v) for v in value[:6]) + f", … {len(value) - 6} more]"
+        return "[" + ", ".join(short_value(v) for v in value[:6]) + f", … {len(value) - 6} more]"
     if isinstance(value, list):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
+        return "[" + ", ".join(short_value(v) for v in value) + "]"
     return str(value)
 
 

@@ -64,7 +64,7 @@ def render_run(run: dict[str, Any], console: Console) -> None:
     facts = _grid()
     if run.get("target"):
         facts.add_row("target", escape(run["target"]))
-    facts.add_row("when", _span(run["started_at"], run["ended_at"]))
+    facts.add_row("when", span_words(run["started_at"], run["ended_at"]))
     if run.get("dataset"):
         facts.add_row("dataset", _dataset(run["dataset"]))
     facts.add_row("settings", _settings(run.get("settings") or {}, brief=False))
@@ -90,7 +90,7 @@ def local_time(text: str, seconds: bool = False) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
-def _span(started_at: str, ended_at: str) -> str:
+def span_words(started_at: str, ended_at: str) -> str:
     try:
         duration_s = (parse_iso(ended_at) - parse_iso(started_at)).total_seconds()
     except ValueError:
@@ -109,16 +109,28 @@ def _grid() -> Table:
 
 
 def _settings(settings: dict[str, Any], brief: bool) -> str:
+    """settings_words() with rich's markup escaped."""
+    return escape(settings_words(settings, brief))
+
+
+def settings_words(settings: dict[str, Any], brief: bool) -> str:
     """Settings in words ("4 workers"; in full with brief=False), or as key=value where they are not Settings."""
+    if not settings:  # a scale run: each rank's own
+        return "-"
     known = {field.name for field in dataclasses.fields(Settings)}
     try:
         parsed = Settings.from_dict({key: value for key, value in settings.items() if key in known})
     except Exception:  # a record from another version of loaderdoctor: show what it says
-        return escape(_short(settings)) or "-"
+        return short_words(settings) or "-"
     return parsed.brief() if brief else parsed.describe()
 
 
 def _dataset(dataset: dict[str, Any]) -> str:
+    return escape(dataset_words(dataset))
+
+
+def dataset_words(dataset: dict[str, Any]) -> str:
+    """What a run loaded, in words: 'Noisy, 10,000 samples, batch size 32, 313 batches per epoch'."""
     words = [str(dataset["name"])] if dataset.get("name") else []
     if dataset.get("len") is not None:
         words.append(f"{dataset['len']:,} samples")
@@ -130,18 +142,30 @@ def _dataset(dataset: dict[str, Any]) -> str:
         key: value for key, value in dataset.items() if key not in ("name", "len", "batch_size", "batches_per_epoch")
     }
     if rest:
-        words.append(_short(rest))
-    return escape(", ".join(words))
+        words.append(short_words(rest))
+    return ", ".join(words)
 
 
-def _measured(m: dict[str, Any]) -> Table:
-    """The main measurements in words; --json has every one."""
-    table = _grid()
+def measured_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """The main measurements of a run's record in words, (what, words) per line; --json has every one."""
+    rows = []
     if m.get("batches_per_s") is not None:
         rate = f"{m['batches_per_s']:.1f} batches/s"
         if m.get("samples_per_s") is not None:
             rate += f", {m['samples_per_s']:.0f} samples/s"
-        table.add_row("rate", rate)
+        rows.append(("rate", rate))
+    elif m.get("samples_per_s") is not None:  # a scale run: its ranks' aggregate
+        rows.append(("rate", f"{m['samples_per_s']:.1f} samples/s"))
+    if m.get("ranks") is not None:
+        efficiency = "" if m.get("efficiency") is None else f", scaling efficiency {m['efficiency']:.2f}"
+        rows.append(("ranks", f"{m['ranks']}{efficiency}"))
+    if m.get("chosen_settings"):  # a tune run: what it chose over the settings measured
+        chosen = settings_words(m["chosen_settings"], brief=False)
+        if m.get("chosen_batches_per_s") is not None:
+            chosen += f": {m['chosen_batches_per_s']:.1f} batches/s"
+        if m.get("speedup") is not None:
+            chosen += f", {m['speedup']:.2f}x"
+        rows.append(("chosen", chosen))
     if m.get("wait_fraction") is not None:
         waiting = f"{m['wait_fraction'] * 100:.0f}% of the time"
         details = []
@@ -149,23 +173,30 @@ def _measured(m: dict[str, Any]) -> Table:
             details.append(f"median {m['wait_ms_p50']:.1f} ms per batch")
         if m.get("step_ms") is not None:
             details.append(f"training step {m['step_ms']:.1f} ms")
-        table.add_row("waiting", waiting + (f" ({', '.join(details)})" if details else ""))
+        rows.append(("waiting", waiting + (f" ({', '.join(details)})" if details else "")))
     if m.get("batches") is not None:
         run = plural(m["batches"], "batch")
         if m.get("epochs") is not None:
             run = f"{plural(m['epochs'], 'epoch')}, {run}"
         if m.get("wall_s") is not None:
             run += f" in {m['wall_s']:.1f} s"
-        table.add_row("ran", run)
+        rows.append(("ran", run))
     if m.get("first_batch_s"):
         firsts = ", ".join("-" if s is None else f"{s:.2f} s" for s in m["first_batch_s"])
-        table.add_row("first batch", f"{firsts} (per epoch)")
+        rows.append(("first batch", f"{firsts} (per epoch)"))
     if m.get("worker_uss_mb_max") is not None:
-        table.add_row("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each")
+        rows.append(("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each"))
     if m.get("sample_errors"):
-        table.add_row("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading")
+        rows.append(("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading"))
     if m.get("outcome") not in (None, "completed"):
-        table.add_row("outcome", f"[bold red]{escape(str(m['outcome']))}[/]")
+        rows.append(("outcome", str(m["outcome"])))
+    return rows
+
+
+def _measured(m: dict[str, Any]) -> Table:
+    table = _grid()
+    for what, words in measured_rows(m):
+        table.add_row(what, f"[bold red]{escape(words)}[/]" if what == "outcome" else escape(words))
     if not table.rows:
         table.add_row("", "[dim]nothing measured[/]")
     return table
@@ -176,15 +207,16 @@ def _generic(facts: dict[str, Any]) -> Table:
     table = _grid()
     for key, value in facts.items():
         if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-            table.add_row(escape(str(key)), "\n".join(escape(_short(item)) for item in value))
+            table.add_row(escape(str(key)), "\n".join(escape(short_words(item)) for item in value))
         else:
-            table.add_row(escape(str(key)), escape(_short(value)))
+            table.add_row(escape(str(key)), escape(short_words(value)))
     return table
 
 
-def _finding(data: dict[str, Any]) -> RenderableType:
+def finding_from_record(data: dict[str, Any]) -> Finding | None:
+    """A finding as the history keeps it (Finding.to_dict()), or None where it is not one (another version's)."""
     try:
-        finding = Finding(
+        return Finding(
             rule=data["rule"],
             severity=data["severity"],
             title=data["title"],
@@ -192,9 +224,13 @@ def _finding(data: dict[str, Any]) -> RenderableType:
             fix=data.get("fix") or "",
             snippet=data.get("snippet"),
         )
-    except (KeyError, TypeError, ValueError):  # a finding from another version of loaderdoctor
-        return Group(Text(""), Text(_short(data)))
-    return finding_view(finding)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _finding(data: dict[str, Any]) -> RenderableType:
+    finding = finding_from_record(data)
+    return Group(Text(""), Text(short_words(data))) if finding is None else finding_view(finding)
 
 
 def _main_finding(findings: list[dict[str, Any]]) -> str:
@@ -218,12 +254,12 @@ def _percent(value: Any) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
 
-def _short(value: Any) -> str:
+def short_words(value: Any) -> str:
     """A value in few words: numbers to 3 significant digits, dicts as key=value, lists as a, b, c."""
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, dict):
-        return ", ".join(f"{key}={_short(item)}" for key, item in value.items())
+        return ", ".join(f"{key}={short_words(item)}" for key, item in value.items())
     if isinstance(value, list):
-        return ", ".join(_short(item) for item in value) if value else "none"
+        return ", ".join(short_words(item) for item in value) if value else "none"
     return str(value)

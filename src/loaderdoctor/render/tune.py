@@ -120,7 +120,7 @@ def _choice(tuning: LoaderTuning) -> Group:
     )
 
 
-_BINDS = {"loading-cpu": "loading's CPU binds", "loading-io": "loading's waits bind", "step": "the step binds"}
+BINDS_WORDS = {"loading-cpu": "loading's CPU binds", "loading-io": "loading's waits bind", "step": "the step binds"}
 
 
 def _limit(tuning: LoaderTuning) -> Text:
@@ -129,7 +129,7 @@ def _limit(tuning: LoaderTuning) -> Text:
     limit = tuning.limit_dict()
     if limit is None:
         return Text("this host's limit: unknown (no trial with worker processes measured it)", style="dim")
-    binds = _BINDS.get(limit["binds"] or "", "what binds is unknown")
+    binds = BINDS_WORDS.get(limit["binds"] or "", "what binds is unknown")
     text = f"this host's limit: {limit['batches_per_s']:.1f} batches/s ({binds}, measured in trial {limit['trial']})"
     shares = [
         (what, tuning.share_of_limit(trial))

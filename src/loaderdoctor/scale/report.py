@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.plaindata import dataclass_from_written
 from loaderdoctor.report import Finding, Verification
 from loaderdoctor.scale.plan import DdpPlan
 
@@ -35,6 +36,11 @@ class RankFigures:
             "share_of_limit": self.share_of_limit,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankFigures:
+        """The RankFigures whose to_dict() is `data`."""
+        return dataclass_from_written(cls, data)
+
 
 @dataclass
 class ScaleRun:
@@ -63,9 +69,16 @@ class ScaleRun:
             "failures": self.failures,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScaleRun:
+        """The ScaleRun whose to_dict() is `data`."""
+        return dataclass_from_written(cls, data, {"efficiency_base_ranks": "base_ranks"})
+
 
 @dataclass
 class ScaleLoaderReport:
+    """One loader's scale: a run per rank count, the findings across ranks, the lock-free proof, the DDP plan."""
+
     name: str
     runs: list[ScaleRun]
     findings: list[Finding]
@@ -80,9 +93,16 @@ class ScaleLoaderReport:
             "plan": None if self.plan is None else self.plan.to_dict(),
         }
 
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> ScaleLoaderReport:
+        """The ScaleLoaderReport of loader `name` whose to_dict() is `data`."""
+        return dataclass_from_written(cls, data, name=name)
+
 
 @dataclass
 class ScaleReport:
+    """A scale of a target's loaders (schema loaderdoctor.scale/1)."""
+
     target: str
     loaders: dict[str, ScaleLoaderReport]
     nnodes: int = 1
@@ -105,3 +125,9 @@ class ScaleReport:
             "nnodes": self.nnodes,
             "loaders": {name: lr.to_dict() for name, lr in self.loaders.items()},
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScaleReport:
+        """The ScaleReport whose to_dict() is `data`."""
+        loaders = {name: ScaleLoaderReport.from_dict(name, lr) for name, lr in data["loaders"].items()}
+        return cls(data["target"], loaders, data.get("nnodes", 1))

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoctor.plaindata import dataclass_from_written
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Trial
@@ -87,6 +88,27 @@ class LoaderTuning:
             "baseline_share_of_limit": _rounded(self.share_of_limit(self.baseline)),
         }
 
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> LoaderTuning:
+        """The LoaderTuning of loader `name` whose to_dict() is `data`. Its baseline and chosen trial are the very
+        Trials of its list that they were written from (the renderers tell them by identity), else rebuilt apart."""
+        written = data["trials"]
+        trials = [Trial.from_dict(trial) for trial in written]
+
+        def among_trials(trial: dict[str, Any]) -> Trial:
+            same = (rebuilt for rebuilt, was in zip(trials, written, strict=True) if was == trial)
+            return next(same, None) or Trial.from_dict(trial)
+
+        return dataclass_from_written(
+            cls,
+            data,
+            {"search_s": "seconds"},
+            name=name,
+            trials=trials,
+            baseline=among_trials(data["baseline"]),
+            chosen=among_trials(data["chosen"]),
+        )
+
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
@@ -94,6 +116,8 @@ def _rounded(value: float | None) -> float | None:
 
 @dataclass
 class TuneReport:
+    """A tune of a target's loaders (schema loaderdoctor.tune/1)."""
+
     target: str
     loaders: dict[str, LoaderTuning]
 
@@ -108,3 +132,9 @@ class TuneReport:
             "target": self.target,
             "loaders": {name: tuning.to_dict() for name, tuning in self.loaders.items()},
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TuneReport:
+        """The TuneReport whose to_dict() is `data`."""
+        loaders = data["loaders"]
+        return cls(data["target"], {name: LoaderTuning.from_dict(name, tuning) for name, tuning in loaders.items()})

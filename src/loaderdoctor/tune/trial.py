@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.plaindata import dataclass_from_written
 from loaderdoctor.settings import Settings
 
 # measured: it ran and delivered batches. stalled / crashed: its run did (never chosen). over-memory: measured
@@ -48,6 +49,12 @@ class Measurement:
             "limit_batches_per_s": None if self.limit_batches_per_s is None else round(self.limit_batches_per_s, 3),
             "limit_binds": self.limit_binds,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        """The Measurement whose to_dict() is `data`, its memory back in bytes (to the 0.1 MB written)."""
+        mb = data.get("memory_mb")
+        return dataclass_from_written(cls, data, memory_bytes=None if mb is None else round(mb * 2**20))
 
 
 @dataclass
@@ -120,3 +127,8 @@ class Trial:
             "note": self.note,
             "runs": [run.to_dict() for run in self.runs],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trial:
+        """The Trial whose to_dict() is `data` (the figures over its runs recomputed from them)."""
+        return dataclass_from_written(cls, data)

@@ -1,0 +1,68 @@
+"""How a report of check, tune or scale is shown: on the console or as JSON, and as an HTML page with --html; a
+live report is shown from its plain data (as `loaderdoctor report saved.json` shows it), so that both read alike."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from loaderdoctor.render import console as check_render
+from loaderdoctor.render import html
+from loaderdoctor.render import json as json_render
+from loaderdoctor.render import scale as scale_render
+from loaderdoctor.render import tune as tune_render
+from loaderdoctor.report import Report
+from loaderdoctor.saved import AnyReport, load_report
+from loaderdoctor.scale.report import ScaleReport
+from loaderdoctor.tune.result import TuneReport
+
+
+def add_html_arg(parser: argparse.ArgumentParser) -> None:
+    """--html FILE: also write the report as a self-contained HTML page."""
+    parser.add_argument(
+        "--html",
+        type=html_file,
+        default=None,
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page (charts included, nothing loaded from the network)",
+    )
+
+
+def html_file(text: str) -> Path:
+    """An argparse type: a file whose folder exists (checked before any measuring, not after it)."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"must be a file to write, not the folder {text!r}")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"must be a file in a folder that exists; {str(path.parent)!r} does not")
+    return path
+
+
+def as_saved(report: AnyReport) -> AnyReport:
+    """The report as it loads back from its JSON: what every renderer reads."""
+    return load_report(json.loads(json.dumps(report.to_dict(), allow_nan=False)))
+
+
+def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console) -> None:
+    """Print the report (JSON with --json, else on the console) and write its page with --html."""
+    shown = as_saved(report)
+    if getattr(args, "html", None) is not None:
+        html.write_page(html.report_page(shown), args.html)
+    if args.json:
+        print(json_render.render(shown))
+    else:
+        render_console(shown, out)
+    if getattr(args, "html", None) is not None:
+        err.print(f"HTML report written to {args.html}", highlight=False, markup=False)
+
+
+def render_console(report: AnyReport, out: Console) -> None:
+    if isinstance(report, TuneReport):
+        tune_render.render(report, out)
+    elif isinstance(report, ScaleReport):
+        scale_render.render(report, out)
+    elif isinstance(report, Report):
+        check_render.render(report, out)

@@ -1,0 +1,181 @@
+"""A check Report as an HTML page: per loader the verdict first (the main finding, its evidence and fix, the
+verified before/after), then the figures, the timelines before and after, the rate per epoch, workers' memory."""
+
+from __future__ import annotations
+
+from loaderdoctor.limit import limit_words
+from loaderdoctor.recording import Recording
+from loaderdoctor.render.console import short_value
+from loaderdoctor.render.html.page import code, document, facts_table, section, verdict_box
+from loaderdoctor.render.html.timeline import epoch_rates, timeline, timeline_peak_ms, worker_memory
+from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
+from loaderdoctor.words import plural
+
+_VERDICT_HEAD = {
+    "faster": "verified fix",
+    "quicker-start": "verified fix",
+    "as-fast": "verified fix",
+    "rescued": "verified fix",
+    "no-gain": "no measurable gain",
+    "slower": "not a fix",
+    "failed": "not a fix",
+    "other-data": "not compared",
+    "not-measured": "not measured",
+}
+
+
+def page(report: Report) -> str:
+    counts = {s: sum(f.severity == s for lr in report.loaders.values() for f in lr.findings) for s in _SEVERITIES}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
+    return document(
+        f"loaderdoctor check {report.target}",
+        f"loaderdoctor check {report.target}",
+        f"{plural(len(report.loaders), 'loader')}; summary: {summary}",
+        [loader_section(lr) for lr in report.loaders.values()],
+    )
+
+
+_SEVERITIES = ("critical", "warning", "info")
+
+
+def loader_section(lr: LoaderReport) -> str:
+    rec = lr.recording
+    parts = [_verdicts(lr)]
+    parts.append("<h3>Measured</h3>" + facts_table(_figures(lr)))
+    after = lr.verification.after_recording if lr.verification is not None else None
+    peak = max(timeline_peak_ms(rec), timeline_peak_ms(after) if after is not None else 0.0)
+    parts.append("<h3>Timeline: your settings</h3>" + timeline(rec, f"timeline of '{lr.name}', your settings", peak))
+    if after is not None:
+        parts.append(
+            "<h3>Timeline: the fix</h3>"
+            + timeline(after, f"timeline of '{lr.name}' with {after.settings.describe()}", peak)
+        )
+    named = [("your settings", rec)] + ([("the fix", after)] if after is not None else [])
+    parts.append("<h3>Rate per epoch</h3>" + epoch_rates(named, f"rate per epoch of '{lr.name}'"))
+    parts.append("<h3>Workers' memory</h3>" + worker_memory(after or rec, _memory_label(lr.name, rec, after)))
+    parts.append("<h3>Host</h3>" + facts_table(_host(rec)))
+    return section(f"loader '{lr.name}'", parts, "loader")
+
+
+def _memory_label(name: str, rec: Recording, after: Recording | None) -> str:
+    if after is not None and after.worker_samples:
+        return f"workers' memory of '{name}' with the fix ({after.settings.describe()})"
+    return f"workers' memory of '{name}' ({rec.settings.describe()})"
+
+
+def _verdicts(lr: LoaderReport) -> str:
+    if not lr.findings:
+        boxes = [verdict_box("good", "healthy", "No problems found.")]
+    else:
+        boxes = [finding_box(f, main=(n == 0)) for n, f in enumerate(lr.findings)]
+    if lr.verification is not None:
+        boxes.insert(1 if lr.findings else 0, _verification(lr))
+    if lr.epoch_cost is not None:
+        words = lr.epoch_cost.words()
+        boxes.append(verdict_box("info", "epoch", words[0].upper() + words[1:] + "."))
+    return "".join(boxes)
+
+
+def finding_box(finding: Finding, main: bool) -> str:
+    """A finding as a boxed verdict: rule, title, evidence, fix, and its snippet when it is not a settings change."""
+    evidence = ", ".join(f"{key}={short_value(value)}" for key, value in finding.evidence.items())
+    snippet = code(finding.snippet) if finding.snippet and not finding.settings_change else ""
+    head = f"{finding.rule}: {finding.title}"
+    return verdict_box(
+        finding.severity,
+        ("main finding · " if main else "") + finding.severity,
+        head,
+        [f"evidence: {evidence}" if evidence else "", f"fix: {finding.fix}"],
+        snippet,
+    )
+
+
+def _verification(lr: LoaderReport) -> str:
+    v: Verification = lr.verification  # type: ignore[assignment]
+    before, after = lr.recording.settings.to_dict(), v.settings.to_dict()
+    change = ", ".join(f"{key}={after[key]!r}" for key in after if after[key] != before[key])
+    if v.source == "lock-free":
+        change = "the same settings, lock calls on read-only files made no-ops in the workers"
+    if v.verdict == "rescued":
+        figures = f"{v.before_outcome} → {v.after:.1f} batches/s"
+    elif v.verdict in NO_RATE:
+        figures = ""
+    else:
+        speedup = v.speedup
+        figures = f"{v.before:.1f} → {v.after:.1f} batches/s" + ("" if speedup is None else f" ({speedup:.2f}x)")
+    lines = [figures, v.note]
+    if v.before_startup_s is not None and v.after_startup_s is not None:
+        lines.append(
+            f"start-up {v.before_startup_s:.2f} s → {v.after_startup_s:.2f} s, once per run (not in the rates)"
+        )
+    snippet = code(v.settings.snippet()) if v.helped and v.source != "lock-free" else ""
+    return verdict_box("good" if v.helped else "warning", _VERDICT_HEAD[v.verdict], change, lines, snippet)
+
+
+def _figures(lr: LoaderReport) -> list[tuple[str, str]]:
+    rec = lr.recording
+    m = measurements(rec, lr.limit)
+    size = f"{rec.dataset_len} samples, " if rec.dataset_len is not None else ""
+    per_epoch = f" ({plural(rec.batches_per_epoch, 'batch')} per epoch)" if rec.batches_per_epoch else ""
+    run = f"{plural(m['epochs'], 'epoch')}, {plural(m['batches'], 'batch')} in {m['wall_s']:.1f} s"
+    if m["batches_per_s"] is not None:
+        run += f": {m['batches_per_s']:.1f} batches/s, {m['samples_per_s']:.0f} samples/s"
+    if rec.outcome != "completed":
+        run += f" ({rec.outcome})"
+    rows = [
+        ("dataset", f"{rec.dataset}: {size}batch size {rec.batch_size}{per_epoch}"),
+        ("settings", rec.settings.describe()),
+        ("measured", run),
+    ]
+    if m["wait_fraction"] is not None:
+        rows.append(
+            (
+                "waiting",
+                f"{m['wait_fraction'] * 100:.0f}% of the time (median {m['wait_ms_p50']:.1f} ms per batch, "
+                f"training step {m['step_ms']:.1f} ms)",
+            )
+        )
+    rows.append(("limit", limit_words(lr.limit, m["batches_per_s"], lr.fixed_rate)))
+    firsts = ", ".join("-" if s is None else f"{s:.2f} s" for s in m["first_batch_s"])
+    rows.append(("first batch", f"{firsts} (per epoch, from iter())"))
+    if m["worker_uss_mb_max"] is not None:
+        rows.append(("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each"))
+    if m["sample_errors"]:
+        rows.append(("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading"))
+    if rec.error:
+        rows.append(("error", rec.error))
+    if rec.stall is not None:
+        stall = rec.stall
+        rows.append(
+            ("stall", f"batch {stall.batch} of epoch {stall.epoch} never came: {stall.reason} ({stall.waited_s:.0f} s)")
+        )
+        rows.extend(("stuck", where) for stack in stall.stacks if (where := stack.stuck_at()) is not None)
+    rows.extend(("worker died", f"epoch {d.epoch}, batch {d.batch}: {d.message}") for d in rec.worker_deaths)
+    for error in rec.sample_errors[:5]:
+        at = f"dataset index {error.index}" if error.index is not None else f"batch {error.batch}"
+        rows.append(("sample error", f"epoch {error.epoch}, {at}: {error.error_type}: {error.message}"))
+    return rows
+
+
+def _host(rec: Recording) -> list[tuple[str, str]]:
+    host = rec.host
+    shm = "-" if host.shm_free_bytes is None else f"{host.shm_free_bytes / 2**30:.1f} GB free"
+    if host.shm_total_bytes:
+        shm += f" of {host.shm_total_bytes / 2**30:.1f} GB"
+    rows = [
+        ("cores", f"{host.usable_cores:g} usable of {host.cpu_count} (affinity {host.affinity_cores})"),
+        ("start method", rec.start_method or "-"),
+        ("/dev/shm", shm),
+        ("sharing", host.sharing_strategy),
+        ("accelerator", host.accelerator or "none"),
+    ]
+    if host.fd_soft_limit is not None:
+        rows.append(("open files", f"{host.open_fds} of {host.fd_soft_limit}"))
+    if rec.other_processes:
+        rows.append(
+            (
+                "other processes",
+                ", ".join(f"pid {p.pid} ({p.cmdline[:40]}, {p.cores:.1f} cores)" for p in rec.other_processes[:3]),
+            )
+        )
+    return rows
