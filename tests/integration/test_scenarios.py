@@ -78,7 +78,8 @@ def test_the_json_schema_and_no_verification_when_asked():
     assert document["schema"] == "loaderdoctor.check/1"
     assert document["target"] == "scenario:bad-samples"
     loader = document["loaders"]["train"]
-    assert set(loader) == {"settings", "measurements", "findings", "verification", "epoch"}
+    assert set(loader) == {"settings", "measurements", "findings", "verification", "epoch", "recording"}
+    assert loader["recording"]["settings"] == loader["settings"]  # the run measured, saved to load back
     assert loader["epoch"]["batches"] == loader["measurements"]["batches_per_epoch"]
     assert loader["findings"][0]["rule"] == "sample-errors"
     assert loader["findings"][0]["evidence"]["indices"]

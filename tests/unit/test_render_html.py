@@ -196,3 +196,12 @@ def test_a_history_page_shows_the_trend_of_its_name_with_this_run_ringed():
 def test_dark_mode_and_print_are_styled(build):
     page = report_page(build())
     assert "@media (prefers-color-scheme: dark)" in page and "@media print" in page
+
+
+def test_workers_started_again_each_epoch_are_marked_as_restarts():
+    rec = make_recording(settings=Settings(num_workers=2), epochs=3, batches_per_epoch=10)  # not persistent
+    chart = timeline.timeline(rec, "t")
+    assert chart.count('class="restart"') == 2  # epochs 1 and 2; epoch 0's start is the run's own
+    assert "epoch 2: workers started" in chart
+    persistent = timeline.timeline(make_recording(settings=FIXED, epochs=3, batches_per_epoch=10), "t")
+    assert 'class="restart"' not in persistent

@@ -43,7 +43,8 @@ def html_file(text: str) -> Path:
 
 def as_saved(report: AnyReport) -> AnyReport:
     """The report as it loads back from its JSON: what every renderer reads."""
-    return load_report(json.loads(json.dumps(report.to_dict(), allow_nan=False)))
+    # NaN and infinity pass (the trip stays in this process); --json itself refuses them, as JSON has none.
+    return load_report(json.loads(json.dumps(report.to_dict())))
 
 
 def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console) -> None:

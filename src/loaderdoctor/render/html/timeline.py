@@ -43,7 +43,8 @@ def _bar_heights(rec: Recording) -> list[float]:
 
 def timeline(rec: Recording, label: str, y_high_ms: float | None = None) -> str:
     """Per batch (or per group of consecutive batches, means), the wait in next() stacked on the step, in
-    delivery order; a dashed line where each epoch starts, a red one at a stall or a worker's death."""
+    delivery order; a dashed line where each epoch starts, a red one where an epoch started its workers again
+    (after the first), at a stall or at a worker's death."""
     batches = _ordered(rec)
     if not batches:
         return f'<p class="muted">{label}: no batch was delivered, so there is no timeline.</p>'
@@ -52,11 +53,14 @@ def timeline(rec: Recording, label: str, y_high_ms: float | None = None) -> str:
     bars = [_bar(group) for group in groups]
     markers: list[Marker] = []
     place: dict[tuple[int, int], int] = {}
+    restarted = _workers_started(rec)
     for index, group in enumerate(groups):
         for batch in group:
             place[(batch.epoch, batch.index)] = index
         if index == 0 or group[0].epoch != groups[index - 1][0].epoch:
-            markers.append(Marker(index, f"epoch {group[0].epoch}"))
+            started = group[0].epoch in restarted
+            words = f"epoch {group[0].epoch}" + (": workers started" if started else "")
+            markers.append(Marker(index, words, "restart" if started and index else "mark"))
     for death in rec.worker_deaths:
         at = place.get((death.epoch, death.batch), place.get((death.epoch, death.batch - 1), len(groups) - 1))
         markers.append(Marker(at + 0.5, f"worker died: {death.message}", "died"))
@@ -79,6 +83,17 @@ def timeline(rec: Recording, label: str, y_high_ms: float | None = None) -> str:
         y_high=y_high_ms,
     )
     return legend([("wait", "wait in next()"), ("step", "training step")]) + chart
+
+
+def _workers_started(rec: Recording) -> set[int]:
+    """The epochs whose iterator started worker processes (their pids new): every epoch's without persistent
+    workers, where starting them again is a cost each epoch pays."""
+    started, previous = set(), None
+    for epoch in rec.epochs:
+        if epoch.worker_pids and epoch.worker_pids != previous:
+            started.add(epoch.epoch)
+        previous = epoch.worker_pids
+    return started
 
 
 def _bar(group: Sequence[BatchRecord]) -> Bar:
