@@ -9,8 +9,10 @@ from rich.console import Console
 
 from loaderdoctor.commands.arguments import add_json_arg, count
 from loaderdoctor.errors import UsageError
+from loaderdoctor.history.compare import compare_runs
 from loaderdoctor.history.records import RunRecord
 from loaderdoctor.history.store import history_path, load_run, load_runs
+from loaderdoctor.render import compare as compare_render
 from loaderdoctor.render import history as history_render
 
 NAME = "history"
@@ -21,11 +23,15 @@ DEFAULT_LIMIT = 20
 def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         NAME,
-        help="list the runs of watch, check, tune and scale kept in the history; `history show ID` shows one",
-        description="List the runs kept in the history, newest first, or show one: `loaderdoctor history show ID`.",
+        help="list the runs of watch, check, tune and scale kept in the history; `history show ID` shows one, "
+        "`history compare A B` two side by side",
+        description=(
+            "List the runs kept in the history, newest first; show one (`loaderdoctor history show ID`); or compare "
+            "two (`loaderdoctor history compare A B`: what changed from A to B, likeliest cause first)."
+        ),
     )
-    parser.add_argument("action", nargs="?", metavar="show", help="show one run in detail")
-    parser.add_argument("run_id", nargs="?", metavar="ID", help="the id of the run to show (or 'latest')")
+    parser.add_argument("action", nargs="?", metavar="show|compare", help="show one run, or compare two")
+    parser.add_argument("run_ids", nargs="*", metavar="ID", help="the run ids (or 'latest') to show or compare")
     parser.add_argument("--name", default=None, metavar="N", help="only the runs of this name")
     parser.add_argument(
         "--limit",
@@ -38,14 +44,18 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.action == "compare":
+        return _compare(args, out)
     if args.action is None:
         runs = load_runs(name=args.name, limit=args.limit)
     elif args.action == "show":
-        runs = [find_run(args.run_id)]
+        if len(args.run_ids) > 1:
+            raise UsageError("history show takes one run id", hint="`loaderdoctor history compare A B` compares two")
+        runs = [find_run(args.run_ids[0] if args.run_ids else None)]
     else:
         raise UsageError(
             f"unknown history action {args.action!r}",
-            hint="`loaderdoctor history` lists the runs, `loaderdoctor history show ID` shows one",
+            hint="`loaderdoctor history` lists the runs, `history show ID` shows one, `history compare A B` two",
         )
     if args.json:
         document = {"schema": SCHEMA, "runs": [record.to_dict() for record in runs]}
@@ -54,6 +64,22 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         history_render.render_run(runs[0].to_dict(), out)
     else:
         history_render.render_runs([record.to_dict() for record in runs], str(history_path()), args.name, out)
+    return 0
+
+
+def _compare(args: argparse.Namespace, out: Console) -> int:
+    """`history compare A B`: B against A, what changed first."""
+    if len(args.run_ids) != 2:
+        raise UsageError(
+            f"history compare takes two run ids, not {len(args.run_ids)}",
+            hint="`loaderdoctor history compare A B` shows what changed from run A to run B; `loaderdoctor history` "
+            "lists the runs with their ids",
+        )
+    comparison = compare_runs(find_run(args.run_ids[0]), find_run(args.run_ids[1]))
+    if args.json:
+        print(json.dumps(comparison.to_dict(), indent=2, allow_nan=False, default=str))
+    else:
+        compare_render.render(comparison, out)
     return 0
 
 
