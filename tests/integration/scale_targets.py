@@ -57,6 +57,25 @@ def killed_on_rank_1() -> Workload:
     return Workload(DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=1), step=step)
 
 
+class SlowReads(Numbers):
+    """Numbers read from storage that takes `read_s` a sample."""
+
+    def __init__(self, count: int, read_s: float) -> None:
+        super().__init__(count)
+        self.read_s = read_s
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.read_s)
+        return super().__getitem__(index)
+
+
+def slow_storage_on_rank_1() -> Workload:
+    """Rank 1 reads its samples from slow storage (30 ms each, 120 ms a batch); rank 0's are at hand."""
+    dataset = SlowReads(256, 0.03 if _rank() == 1 else 0.0)
+    sampler = DistributedSampler(dataset, shuffle=False)
+    return Workload(DataLoader(dataset, batch_size=4, sampler=sampler), step_ms=20)
+
+
 def uneven_steps() -> Workload:
     """Rank 0 takes one more batch per epoch than the others (a stream split unevenly)."""
     count = 40 if _rank() == 0 else 36

@@ -13,6 +13,7 @@ from loaderdoctor.report import Finding, measurements
 from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.distributed import distributed_sampler
 from loaderdoctor.rules.locks import contended_lock, lock_finding
+from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.report import RankFigures, ScaleRun
 from loaderdoctor.scale.results import LaunchResult, RankLoader
 
@@ -99,16 +100,17 @@ def with_efficiencies(runs: list[ScaleRun]) -> list[ScaleRun]:
 def findings(launches: list[LaunchResult], name: str, runs: list[ScaleRun] | None = None) -> list[Finding]:
     """The findings for loader `name`: those of check's rules on every rank of the largest launch that measured
     (one per rule: the most costly rank's, with the ranks it holds for), and the rules across its ranks: the
-    split of the samples, and a lock that every rank's workers wait on (with `runs`, what it costs the
-    scaling)."""
+    split of the samples, a rank that the others wait for (rank-straggler), and a lock that every rank's workers
+    wait on (with `runs`, what it costs the scaling)."""
     measured = [launch for launch in launches if rank_loaders(launch, name)]
     if not measured:
         return []
     largest = max(measured, key=lambda launch: launch.world_size)
     loaders = rank_loaders(largest, name)
     by_rule: dict[str, tuple[Finding, list[int]]] = {}
-    for rank, loader in sorted(loaders.items()):
-        for finding in diagnose(loader.recording):
+    by_rank = {rank: diagnose(loader.recording) for rank, loader in loaders.items()}
+    for rank in sorted(loaders):
+        for finding in by_rank[rank]:
             if finding.rule == "lock-contention":
                 continue  # judged on every rank's workers together, below
             kept = by_rule.get(finding.rule)
@@ -125,6 +127,10 @@ def findings(launches: list[LaunchResult], name: str, runs: list[ScaleRun] | Non
     across = distributed_sampler({rank: loader.facts for rank, loader in loaders.items()})
     if across is not None:
         joined.append(across)
+    hosts = {result.rank: result.host for result in largest.results}
+    straggler = rank_straggler({rank: loader.recording for rank, loader in loaders.items()}, hosts, by_rank)
+    if straggler is not None:
+        joined.append(straggler)
     lock = lock_across_ranks(measured, name, runs or [])
     if lock is not None:
         joined.append(lock)
