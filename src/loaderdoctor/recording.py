@@ -354,6 +354,27 @@ def training_rate(rec: Recording, window: Window | None = None) -> float | None:
     return per_epoch / (epoch_overhead_s(rec) + per_epoch * interval)
 
 
+def epoch_rates(rec: Recording) -> dict[int, float]:
+    """Each epoch's batches per second in the training loop: its batches over its time from iter() to its end,
+    counted as the loop spent it (the first batch from iter(), every other batch's wait, every step, the end), so
+    that a measuring session's pauses between windows do not count. Only epochs run to their end, unless none
+    was; a thinned watched run (its batches a sample) by each epoch's wall time."""
+    spent: dict[int, float] = {}
+    for batch in rec.batches:
+        wait = batch.wait_s if batch.index else 0.0  # the first batch's wait is in first_batch_s, from iter()
+        spent[batch.epoch] = spent.get(batch.epoch, 0.0) + wait + batch.step_s
+    whole = [e for e in rec.epochs if e.ended == "exhausted"] or rec.epochs
+    rates = {}
+    for epoch in whole:
+        if rec.batches_delivered is not None:
+            seconds = epoch.wall_s
+        else:
+            seconds = (epoch.first_batch_s or 0.0) + spent.get(epoch.epoch, 0.0) + epoch.end_s
+        if epoch.batches and seconds > 0:
+            rates[epoch.epoch] = epoch.batches / seconds
+    return rates
+
+
 def first_startup_s(rec: Recording) -> float | None:
     """From the first iter() to the first batch: the start-up every run pays once."""
     return rec.epochs[0].first_batch_s if rec.epochs else None

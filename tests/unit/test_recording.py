@@ -9,6 +9,7 @@ import json
 import pytest
 from recordings import MIB, make_host, make_iterators, make_recording
 
+from loaderdoctor import recording
 from loaderdoctor.plaindata import dataclass_from_dict
 from loaderdoctor.recording import (
     AliveThread,
@@ -385,3 +386,12 @@ def test_fields_added_later_load_back_by_their_type_hints():
 
 def test_stack_frame_text():
     assert str(StackFrame("/tmp/user.py", 12, "load")) == "/tmp/user.py:12 in load"
+
+
+def test_an_epochs_rate_counts_the_loops_time_not_a_pause_between_windows():
+    rec = make_recording(epochs=2, batches_per_epoch=10, wait_s=0.01, step_s=0.04, first_batch_s=0.2)
+    for epoch in rec.epochs:
+        epoch.end_s = 0.05
+    rec.epochs[1].wall_s += 30.0  # a measuring session paused 30 s within epoch 1
+    # 0.2 s to the first batch, nine waits of 10 ms, ten steps of 40 ms, 50 ms to end: 10 batches in 0.74 s
+    assert recording.epoch_rates(rec) == pytest.approx({0: 10 / 0.74, 1: 10 / 0.74})

@@ -50,13 +50,13 @@ def as_saved(report: AnyReport) -> AnyReport:
 def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console) -> None:
     """Print the report (JSON with --json, else on the console) and write its page with --html."""
     shown = as_saved(report)
-    if getattr(args, "html", None) is not None:
+    if args.html is not None:
         html.write_page(html.report_page(shown), args.html)
     if args.json:
         print(json_render.render(shown))
     else:
         render_console(shown, out)
-    if getattr(args, "html", None) is not None:
+    if args.html is not None:
         err.print(f"HTML report written to {args.html}", highlight=False, markup=False)
 
 

@@ -11,7 +11,6 @@ from rich.table import Table
 from rich.text import Text
 
 from loaderdoctor.limit import limit_words
-from loaderdoctor.recording import Recording
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
 from loaderdoctor.settings import Settings
 from loaderdoctor.words import plural
@@ -33,7 +32,7 @@ def render(report: Report, console: Console) -> None:
 
 def _loader(lr: LoaderReport) -> Group:
     rec = lr.recording
-    parts: list[Any] = [Text(f"loader '{lr.name}'", style="bold underline"), _measured(rec, lr)]
+    parts: list[Any] = [Text(f"loader '{lr.name}'", style="bold underline"), _measured(lr)]
     if not lr.findings:
         parts.append(Text("  No problems found.", style="green"))
     for finding in lr.findings:
@@ -45,42 +44,58 @@ def _loader(lr: LoaderReport) -> Group:
     return Group(*parts)
 
 
-def _measured(rec: Recording, lr: LoaderReport) -> Table:
+_NO_STEP = "no training step given: pass --step-ms to judge whether loading keeps up"
+
+
+def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
+    """What a loader's run measured, (what, words) per line, as every report (console, HTML) words it."""
+    rec = lr.recording
     limit = lr.limit
     m = measurements(rec, limit)
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="dim", justify="right")
-    table.add_column()
     size = f"{rec.dataset_len} samples, " if rec.dataset_len is not None else ""
     per_epoch = f" ({plural(rec.batches_per_epoch, 'batch')} per epoch)" if rec.batches_per_epoch else ""
-    table.add_row("dataset", f"{rec.dataset}: {size}batch size {rec.batch_size}{per_epoch}")
-    table.add_row("settings", rec.settings.describe())
     run = f"{plural(m['epochs'], 'epoch')}, {plural(m['batches'], 'batch')} in {m['wall_s']:.1f} s"
     if m["batches_per_s"] is not None:
         run += f": {m['batches_per_s']:.1f} batches/s, {m['samples_per_s']:.0f} samples/s"
     else:
         run += ": too few batches after start-up to measure a rate"
     if rec.outcome != "completed":
-        run += f"  [bold red]({rec.outcome})[/]"
-    table.add_row("measured", run)
+        run += f"  ({rec.outcome})"
+    rows = [
+        ("dataset", f"{rec.dataset}: {size}batch size {rec.batch_size}{per_epoch}"),
+        ("settings", rec.settings.describe()),
+        ("measured", run),
+    ]
     busy = _busy_host(m["other_processes_cores"], rec.host.usable_cores, rec.other_processes)
     if busy:
-        table.add_row("machine", busy)
+        rows.append(("machine", busy))
     if m["wait_fraction"] is not None:
-        table.add_row(
-            "waiting",
+        waiting = (
             f"{m['wait_fraction'] * 100:.0f}% of the time (median {m['wait_ms_p50']:.1f} ms per batch, "
-            f"training step {m['step_ms']:.1f} ms)",
+            f"training step {m['step_ms']:.1f} ms)"
         )
+        rows.append(("waiting", waiting))
     else:
-        table.add_row("waiting", "[dim]no training step given: pass --step-ms to judge whether loading keeps up[/]")
-    table.add_row("limit", limit_words(limit, m["batches_per_s"], lr.fixed_rate))
+        rows.append(("waiting", _NO_STEP))
+    rows.append(("limit", limit_words(limit, m["batches_per_s"], lr.fixed_rate)))
     firsts = ", ".join("-" if s is None else f"{s:.2f} s" for s in m["first_batch_s"])
-    table.add_row("first batch", f"{firsts} (per epoch, from iter())")
+    rows.append(("first batch", f"{firsts} (per epoch, from iter())"))
     if m["worker_uss_mb_max"] is not None:
-        table.add_row("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each")
+        rows.append(("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each"))
     if m["sample_errors"]:
-        table.add_row("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading")
+        rows.append(("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading"))
+    return rows
+
+
+def _measured(lr: LoaderReport) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="dim", justify="right")
+    table.add_column()
+    for what, words in measured_rows(lr):
+        text = Text(words, style="dim" if words == _NO_STEP else "")
+        if what == "measured" and lr.recording.outcome != "completed":
+            text.highlight_words([f"({lr.recording.outcome})"], style="bold red")
+        table.add_row(what, text)
     return table
 
 
@@ -112,23 +127,38 @@ def short_value(value: Any) -> str:
     return str(value)
 
 
-def _changed(before: Settings, after: Settings) -> str:
-    old, new = before.to_dict(), after.to_dict()
-    return ", ".join(f"{k}={new[k]!r}" for k in new if new[k] != old[k])
-
-
-# How each verdict on a fix is headed (see report.VERDICTS).
-_VERDICT_HEAD = {
-    "faster": ("✔ verified fix  ", "bold green"),
-    "quicker-start": ("✔ verified fix  ", "bold green"),
-    "as-fast": ("✔ verified fix  ", "bold green"),
-    "rescued": ("✔ verified fix  ", "bold green"),
-    "no-gain": ("≈ no measurable gain  ", "bold yellow"),
-    "slower": ("✘ not a fix  ", "bold yellow"),
-    "failed": ("✘ not a fix  ", "bold yellow"),
-    "other-data": ("✘ not compared  ", "bold yellow"),
-    "not-measured": ("? not measured  ", "bold yellow"),
+# How each verdict on a fix is headed (see report.VERDICTS), and the mark and style of each head.
+VERDICT_HEADS = {
+    "faster": "verified fix",
+    "quicker-start": "verified fix",
+    "as-fast": "verified fix",
+    "rescued": "verified fix",
+    "no-gain": "no measurable gain",
+    "slower": "not a fix",
+    "failed": "not a fix",
+    "other-data": "not compared",
+    "not-measured": "not measured",
 }
+_HEAD_MARK = {"no measurable gain": "≈", "not a fix": "✘", "not compared": "✘", "not measured": "?"}
+
+
+def verification_head(before: Settings, v: Verification) -> tuple[str, str]:
+    """The verdict's head ('verified fix'; 'verified cause' for a lock proved by its lock-free run) and what was
+    changed, in words, as every report heads a verification."""
+    if v.source == "lock-free":  # the same settings, measured without the lock: a cause proved
+        head = "verified cause" if v.helped else VERDICT_HEADS[v.verdict]
+        return head, "the same settings, lock calls on read-only files made no-ops in the workers"
+    old, new = before.to_dict(), v.settings.to_dict()
+    return VERDICT_HEADS[v.verdict], ", ".join(f"{k}={new[k]!r}" for k in new if new[k] != old[k])
+
+
+def startup_words(v: Verification) -> str | None:
+    """The start-ups of both settings, once per run, where they are not the verdict itself (quicker-start)."""
+    if v.before_startup_s is None or v.after_startup_s is None or v.verdict == "quicker-start":
+        return None
+    return f"start-up {v.before_startup_s:.2f} s → {v.after_startup_s:.2f} s, once per run (not in the rates)"
+
+
 # Other processes that took at least this many cores while loaderdoctor measured are worth saying.
 _BUSY_CORES = 0.25
 
@@ -144,14 +174,11 @@ def _busy_host(cores: float | None, usable: float, others: list[Any]) -> str | N
 
 
 def _verification(before_settings: Settings, v: Verification) -> Group:
-    change = _changed(before_settings, v.settings)
-    head, style = _VERDICT_HEAD[v.verdict]
-    lock_free = v.source == "lock-free"  # the same settings, measured without the lock: a cause proved
-    if lock_free:
-        change = "the same settings, lock calls on read-only files made no-ops in the workers"
-        head = "✔ verified cause  " if v.helped else head
+    head, change = verification_head(before_settings, v)
+    style = "bold green" if v.helped else "bold yellow"
+    mark = "✔" if v.helped else _HEAD_MARK.get(head, "✘")
     colour = "green" if v.helped else "yellow"
-    lines: list[Any] = [Text.assemble(("\n" + head, style), change)]
+    lines: list[Any] = [Text.assemble((f"\n{mark} {head}  ", style), change)]
     if v.verdict == "rescued":
         figures = f"{v.before_outcome} → {v.after:.1f} batches/s: "
     elif v.verdict in NO_RATE:
@@ -159,21 +186,14 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     else:
         figures = f"{v.before:.1f} → {v.after:.1f} batches/s: "
     lines.append(Padding(Text(figures + v.note, style=colour), (0, 0, 0, 4)))
-    if v.before_startup_s is not None and v.after_startup_s is not None and v.verdict != "quicker-start":
-        lines.append(
-            Padding(
-                Text(
-                    f"start-up {v.before_startup_s:.2f} s → {v.after_startup_s:.2f} s, once per run (not in the rates)",
-                    style="dim",
-                ),
-                (0, 0, 0, 4),
-            )
-        )
+    startup = startup_words(v)
+    if startup is not None:
+        lines.append(Padding(Text(startup, style="dim"), (0, 0, 0, 4)))
     usable = v.after_recording.host.usable_cores if v.after_recording is not None else 0.0
     busy = _busy_host(v.other_cores, usable, v.other_processes)
     if busy:
         lines.append(Padding(Text(busy.replace("this was", "these were"), style="dim"), (0, 0, 0, 4)))
-    if v.helped and not lock_free:
+    if v.helped and v.source != "lock-free":
         lines.append(Padding(code_block(v.settings.snippet()), (0, 0, 0, 4)))
     return Group(*lines)
 

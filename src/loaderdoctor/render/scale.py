@@ -68,9 +68,15 @@ def _runs(runs: list[ScaleRun]) -> Table:
 
 
 def _rank_cell(figures: RankFigures) -> str:
-    """'r1 45.2 (30%; 85% of limit)': a rank's rate, its wait on data, its share of its limit where known."""
+    words = rank_words(figures)
+    return f"[red]{words}[/]" if figures.samples_per_s is None else words
+
+
+def rank_words(figures: RankFigures) -> str:
+    """'r1 45.2 (30%; 85% of limit)': a rank's rate, its wait on data, its share of its limit where known; or
+    'r1 failed' (its outcome) when it measured no rate."""
     if figures.samples_per_s is None:
-        return f"r{figures.rank} [red]{figures.outcome}[/]"
+        return f"r{figures.rank} {figures.outcome}"
     notes = []
     if figures.wait_fraction is not None:
         notes.append(f"{figures.wait_fraction * 100:.0f}%")

@@ -57,31 +57,31 @@ def _table(tuning: LoaderTuning) -> Table:
     table.add_column("memory", justify="right", no_wrap=True)
     table.add_column("runs", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    before = tuning.baseline.batches_per_s
     for trial in tuning.trials:
-        chosen = trial is tuning.chosen
-        # No ratio to the baseline for other data, or for settings that stalled or crashed.
-        comparable = trial.runs and before > 0 and trial.verdict not in _NOT_COMPARED
-        ratio = f"{trial.batches_per_s / before:.2f}x" if comparable else ""
-        memory = "" if trial.memory_bytes is None else f"{trial.memory_bytes / 2**20:.0f} MB"
-        table.add_row(
-            str(trial.number),
-            trial.settings.describe() + (" (baseline)" if trial is tuning.baseline else ""),
-            f"{trial.batches_per_s:.1f}" if trial.runs else "",
-            ratio,
-            memory,
-            str(len(trial.runs)),
-            _verdict(trial, tuning),
-            style="bold green" if chosen else None,
-        )
+        cells = trial_cells(trial, tuning)
+        verdict = Text(cells.pop(), style=_VERDICT_STYLE.get(trial.verdict, ""))
+        table.add_row(*cells, verdict, style="bold green" if trial is tuning.chosen else None)
     return table
 
 
-def _verdict(trial: Trial, tuning: LoaderTuning) -> Text:
-    words = "chosen" if trial is tuning.chosen else trial.verdict
+def trial_cells(trial: Trial, tuning: LoaderTuning) -> list[str]:
+    """A trial's row, as every report words it: number, settings, batches/s, speedup over the baseline, memory,
+    runs, verdict ("chosen" for the choice; ", keeps up" when it kept up with the step)."""
+    before = tuning.baseline.batches_per_s
+    # No ratio to the baseline for other data, or for settings that stalled or crashed.
+    comparable = trial.runs and before > 0 and trial.verdict not in _NOT_COMPARED
+    verdict = "chosen" if trial is tuning.chosen else trial.verdict
     if trial.keeps_up:
-        words += ", keeps up"
-    return Text(words, style=_VERDICT_STYLE.get(trial.verdict, ""))
+        verdict += ", keeps up"
+    return [
+        str(trial.number),
+        trial.settings.describe() + (" (baseline)" if trial is tuning.baseline else ""),
+        f"{trial.batches_per_s:.1f}" if trial.runs else "",
+        f"{trial.batches_per_s / before:.2f}x" if comparable else "",
+        "" if trial.memory_bytes is None else f"{trial.memory_bytes / 2**20:.0f} MB",
+        str(len(trial.runs)),
+        verdict,
+    ]
 
 
 def _indented(text: Text) -> Padding:

@@ -3,25 +3,12 @@ verified before/after), then the figures, the timelines before and after, the ra
 
 from __future__ import annotations
 
-from loaderdoctor.limit import limit_words
 from loaderdoctor.recording import Recording
-from loaderdoctor.render.console import short_value
+from loaderdoctor.render.console import measured_rows, short_value, startup_words, verification_head
 from loaderdoctor.render.html.page import code, document, facts_table, section, verdict_box
 from loaderdoctor.render.html.timeline import epoch_rates, timeline, timeline_peak_ms, worker_memory
-from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
+from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification
 from loaderdoctor.words import plural
-
-_VERDICT_HEAD = {
-    "faster": "verified fix",
-    "quicker-start": "verified fix",
-    "as-fast": "verified fix",
-    "rescued": "verified fix",
-    "no-gain": "no measurable gain",
-    "slower": "not a fix",
-    "failed": "not a fix",
-    "other-data": "not compared",
-    "not-measured": "not measured",
-}
 
 
 def page(report: Report) -> str:
@@ -92,10 +79,7 @@ def finding_box(finding: Finding, main: bool) -> str:
 
 def _verification(lr: LoaderReport) -> str:
     v: Verification = lr.verification  # type: ignore[assignment]
-    before, after = lr.recording.settings.to_dict(), v.settings.to_dict()
-    change = ", ".join(f"{key}={after[key]!r}" for key in after if after[key] != before[key])
-    if v.source == "lock-free":
-        change = "the same settings, lock calls on read-only files made no-ops in the workers"
+    head, change = verification_head(lr.recording.settings, v)
     if v.verdict == "rescued":
         figures = f"{v.before_outcome} → {v.after:.1f} batches/s"
     elif v.verdict in NO_RATE:
@@ -103,45 +87,16 @@ def _verification(lr: LoaderReport) -> str:
     else:
         speedup = v.speedup
         figures = f"{v.before:.1f} → {v.after:.1f} batches/s" + ("" if speedup is None else f" ({speedup:.2f}x)")
-    lines = [figures, v.note]
-    if v.before_startup_s is not None and v.after_startup_s is not None:
-        lines.append(
-            f"start-up {v.before_startup_s:.2f} s → {v.after_startup_s:.2f} s, once per run (not in the rates)"
-        )
+    lines = [figures, v.note, startup_words(v) or ""]
     snippet = code(v.settings.snippet()) if v.helped and v.source != "lock-free" else ""
-    return verdict_box("good" if v.helped else "warning", _VERDICT_HEAD[v.verdict], change, lines, snippet)
+    return verdict_box("good" if v.helped else "warning", head, change, lines, snippet)
 
 
 def _figures(lr: LoaderReport) -> list[tuple[str, str]]:
+    """The console's rows of what was measured, and what the console leaves to the findings: the error, the
+    stall and where it was stuck, dead workers, the first samples that failed."""
     rec = lr.recording
-    m = measurements(rec, lr.limit)
-    size = f"{rec.dataset_len} samples, " if rec.dataset_len is not None else ""
-    per_epoch = f" ({plural(rec.batches_per_epoch, 'batch')} per epoch)" if rec.batches_per_epoch else ""
-    run = f"{plural(m['epochs'], 'epoch')}, {plural(m['batches'], 'batch')} in {m['wall_s']:.1f} s"
-    if m["batches_per_s"] is not None:
-        run += f": {m['batches_per_s']:.1f} batches/s, {m['samples_per_s']:.0f} samples/s"
-    if rec.outcome != "completed":
-        run += f" ({rec.outcome})"
-    rows = [
-        ("dataset", f"{rec.dataset}: {size}batch size {rec.batch_size}{per_epoch}"),
-        ("settings", rec.settings.describe()),
-        ("measured", run),
-    ]
-    if m["wait_fraction"] is not None:
-        rows.append(
-            (
-                "waiting",
-                f"{m['wait_fraction'] * 100:.0f}% of the time (median {m['wait_ms_p50']:.1f} ms per batch, "
-                f"training step {m['step_ms']:.1f} ms)",
-            )
-        )
-    rows.append(("limit", limit_words(lr.limit, m["batches_per_s"], lr.fixed_rate)))
-    firsts = ", ".join("-" if s is None else f"{s:.2f} s" for s in m["first_batch_s"])
-    rows.append(("first batch", f"{firsts} (per epoch, from iter())"))
-    if m["worker_uss_mb_max"] is not None:
-        rows.append(("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each"))
-    if m["sample_errors"]:
-        rows.append(("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading"))
+    rows = measured_rows(lr)
     if rec.error:
         rows.append(("error", rec.error))
     if rec.stall is not None:

@@ -11,6 +11,7 @@ from loaderdoctor.render.html.check import finding_box
 from loaderdoctor.render.html.page import data_table, document, esc, section, verdict_box
 from loaderdoctor.render.html.svg import Bar, Series, bar_chart, legend, line_chart
 from loaderdoctor.render.plan import plan_view
+from loaderdoctor.render.scale import rank_words
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport, ScaleRun
 from loaderdoctor.words import plural
 
@@ -137,21 +138,14 @@ def _wait_chart(lr: ScaleLoaderReport) -> str:
 
 
 def _table(runs: list[ScaleRun]) -> str:
-    rows = []
-    for run in runs:
-        ranks = "; ".join(
-            f"r{f.rank} "
-            + ("-" if f.samples_per_s is None else f"{f.samples_per_s:.1f}")
-            + ("" if f.wait_fraction is None else f" ({f.wait_fraction:.0%} waiting)")
-            + ("" if f.share_of_limit is None else f" {f.share_of_limit:.0%} of limit")
-            for f in run.per_rank
-        )
-        rows.append(
-            [
-                str(run.ranks),
-                "-" if run.samples_per_s is None else f"{run.samples_per_s:.1f}",
-                "-" if run.efficiency is None else f"{run.efficiency:.2f}",
-                ranks,
-            ]
-        )
-    return data_table(["ranks", "samples/s", "efficiency", "per rank"], rows, numeric=(0, 1, 2))
+    rows = [
+        [
+            str(run.ranks),
+            "-" if run.samples_per_s is None else f"{run.samples_per_s:.1f}",
+            "-" if run.efficiency is None else f"{run.efficiency:.2f}",
+            "  ".join(rank_words(f) for f in run.per_rank),
+        ]
+        for run in runs
+    ]
+    header = ["ranks", "samples/s", "efficiency", "per rank: samples/s (waiting on data; share of the rank's limit)"]
+    return data_table(header, rows, numeric=(0, 1, 2))

@@ -194,7 +194,10 @@ def _markers(frame: _Frame, markers: Sequence[Marker]) -> list[str]:
         room = x - labelled_at.get(marker.css, -_LABEL_SPACE) >= _LABEL_SPACE
         if room:
             labelled_at[marker.css] = x
-        text = f'<text x="{x + 3:.1f}" y="{frame.top + 10}">{escape(_short(marker.label))}</text>' if room else ""
+        # A label near the right edge is written leftwards of its line, so that it is not cut off.
+        at_edge = x > frame.right - _LABEL_SPACE * 2
+        place = f'x="{x - 3:.1f}" text-anchor="end"' if at_edge else f'x="{x + 3:.1f}"'
+        text = f'<text {place} y="{frame.top + 10}">{escape(_short(marker.label))}</text>' if room else ""
         drawn.append(
             f'<g class="{marker.css}"><title>{escape(marker.label)}</title>'
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{frame.top}" y2="{frame.bottom}"/>{text}</g>'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from loaderdoctor import recording
 from loaderdoctor.recording import BatchRecord, Recording
 from loaderdoctor.render.html.svg import Bar, Marker, Series, bar_chart, legend, line_chart
 
@@ -22,7 +23,7 @@ def _ordered(rec: Recording) -> list[BatchRecord]:
 
 def timeline_peak_ms(rec: Recording) -> float:
     """The tallest bar a timeline of `rec` draws (ms), so that two timelines can share a scale."""
-    return max((bar_ms for bar_ms in _bar_heights(rec)), default=0.0)
+    return max(_bar_heights(rec), default=0.0)
 
 
 def _groups(batches: list[BatchRecord]) -> list[list[BatchRecord]]:
@@ -107,33 +108,31 @@ def _bar(group: Sequence[BatchRecord]) -> Bar:
 
 
 def epoch_rates(named: Sequence[tuple[str, Recording]], label: str) -> str:
-    """The rate of every epoch run to its end (where none was, of the epochs cut short), one series per
-    recording: its batches over the time the loop spent on them (each one's wait and step, and the epoch's end),
-    so that a measuring session's pauses between windows do not count."""
+    """The rate of every epoch (recording.epoch_rates), one series per recording."""
     series = []
     for number, (name, rec) in enumerate(named):
-        whole = [e for e in rec.epochs if e.ended == "exhausted"]
-        spent: dict[int, float] = {}
-        for batch in rec.batches:
-            spent[batch.epoch] = spent.get(batch.epoch, 0.0) + batch.wait_s + batch.step_s
-        points = []
-        for e in whole or rec.epochs:
-            seconds = spent.get(e.epoch, 0.0) + e.end_s
-            if e.batches and seconds > 0:
-                rate = e.batches / seconds
-                title = (
-                    f"{name}, epoch {e.epoch}: {e.batches} batches in {seconds:.2f} s ({rate:.1f} batches/s; "
-                    f"first batch {_s(e.first_batch_s)}; ended: {e.ended})"
-                )
-                points.append((float(e.epoch), rate, title))
+        epochs = {e.epoch: e for e in rec.epochs}
+        points = tuple(
+            (
+                float(epoch),
+                rate,
+                f"{name}, epoch {epoch}: {epochs[epoch].batches} batches, {rate:.1f} batches/s "
+                f"(first batch {_s(epochs[epoch].first_batch_s)}; ended: {epochs[epoch].ended})",
+            )
+            for epoch, rate in recording.epoch_rates(rec).items()
+        )
         if points:
-            series.append(Series(name, tuple(points), f"s{number % 6}"))
+            series.append(Series(name, points, f"s{number % 6}"))
     if not series:
         return '<p class="muted">No epoch delivered a batch: no rate per epoch.</p>'
     epochs = sorted({int(x) for s in series for x, _, _ in s.points})
     every = -(-len(epochs) // MAX_EPOCH_TICKS)
     ticks = [(float(e), str(e)) for e in epochs[::every]]
-    return line_chart(series, label=label, x_label="epoch", y_label="batches/s", x_ticks=ticks)
+    chart = line_chart(series, label=label, x_label="epoch", y_label="batches/s", x_ticks=ticks)
+    return chart + (
+        '<p class="muted small">An epoch counts from its iter() to its end: the first epoch holds the workers\' '
+        "start-up, which persistent workers pay once per run and others every epoch.</p>"
+    )
 
 
 def _s(seconds: float | None) -> str:

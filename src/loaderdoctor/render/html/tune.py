@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from loaderdoctor.render.html.page import code, data_table, document, facts_table, section, verdict_box
 from loaderdoctor.render.html.svg import Highlight, Series, line_chart
-from loaderdoctor.render.tune import BINDS_WORDS
+from loaderdoctor.render.tune import BINDS_WORDS, trial_cells
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.trial import Trial
 from loaderdoctor.words import plural
-
-_NOT_COMPARED = ("other-data", "stalled", "crashed")
 
 
 def page(report: TuneReport) -> str:
@@ -140,27 +138,7 @@ def _memory_chart(tuning: LoaderTuning) -> str:
 
 
 def _table(tuning: LoaderTuning) -> str:
-    before = tuning.baseline.batches_per_s
-    rows = []
-    marked = []
-    for number, trial in enumerate(tuning.trials):
-        comparable = trial.runs and before > 0 and trial.verdict not in _NOT_COMPARED
-        verdict = "chosen" if trial is tuning.chosen else trial.verdict
-        if trial.keeps_up:
-            verdict += ", keeps up"
-        rows.append(
-            [
-                str(trial.number),
-                trial.settings.describe() + (" (baseline)" if trial is tuning.baseline else ""),
-                f"{trial.batches_per_s:.1f}" if trial.runs else "",
-                f"{trial.batches_per_s / before:.2f}x" if comparable else "",
-                "" if trial.memory_bytes is None else f"{trial.memory_bytes / 2**20:.0f} MB",
-                str(len(trial.runs)),
-                verdict,
-                trial.note,
-            ]
-        )
-        if trial is tuning.chosen:
-            marked.append(number)
+    rows = [[*trial_cells(trial, tuning), trial.note] for trial in tuning.trials]
+    marked = [n for n, trial in enumerate(tuning.trials) if trial is tuning.chosen]
     header = ["#", "settings", "batches/s", "speedup", "memory", "runs", "verdict", "note"]
     return data_table(header, rows, numeric=(0, 2, 3, 4, 5), marked=marked)
