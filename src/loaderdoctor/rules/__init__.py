@@ -34,8 +34,9 @@ RULES: tuple[Rule, ...] = (
     input_bound,
 )
 
-# Symptoms say what the loop suffers; causes say why. At equal severity a cause is the main diagnosis.
-SYMPTOMS = frozenset({"input-bound", "stall"})
+# Symptoms say what the loop suffers; causes say why. At equal severity a cause is the main diagnosis: a
+# rank-straggler says which rank the others wait for, and a lock its workers wait on (a cause) says why.
+SYMPTOMS = frozenset({"input-bound", "stall", "rank-straggler"})
 
 
 def order(findings: list[Finding]) -> list[Finding]:
