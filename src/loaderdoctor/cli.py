@@ -45,13 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line with `argv` (sys.argv[1:] by default); return the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     out = Console(highlight=False, file=None if sys.stdout.isatty() else _TrimmedLines(sys.stdout))
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, file=None if sys.stderr.isatty() else _TrimmedLines(sys.stderr))
     try:
-        args = _parser().parse_args(argv)
-        logging.basicConfig(
-            level=logging.INFO if args.verbose else logging.WARNING,
-            format="loaderdoctor: %(levelname)s: %(message)s",
-        )
+        args = _parse(argv)
+        _log_to_stderr(args)
         return COMMANDS[args.command].run(args, out, err)
     except LoaderDoctorError as error:
         # soft_wrap: a path or a file:line in a message must not be broken by an inserted newline
@@ -65,6 +62,34 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The arguments; a command with split_argv() (run) parses only its own words, the rest are its script's."""
+    at = next((i for i, word in enumerate(argv) if word in COMMANDS), None)
+    split = getattr(COMMANDS[argv[at]], "split_argv", None) if at is not None else None
+    if split is None:
+        return _parser().parse_args(argv)
+    own, script = split(argv[at + 1 :])
+    args = _parser().parse_args(argv[: at + 1] + own)
+    args.script_and_args = script
+    return args
+
+
+def _log_to_stderr(args: argparse.Namespace) -> None:
+    """loaderdoctor's log on stderr (INFO with -v). `run` leaves the root logger to the script it runs (whose
+    logging.basicConfig() must still work) and gives the loaderdoctor logger a handler of its own."""
+    level = logging.INFO if args.verbose else logging.WARNING
+    form = "loaderdoctor: %(levelname)s: %(message)s"
+    if args.command != "run":
+        logging.basicConfig(level=level, format=form)
+        return
+    own = logging.getLogger("loaderdoctor")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(form))
+    own.addHandler(handler)
+    own.setLevel(level)
+    own.propagate = False
 
 
 class _TrimmedLines:
@@ -92,7 +117,7 @@ class _TrimmedLines:
 def _json_schema(argv: list[str]) -> str | None:
     """The schema of the JSON a command line asked for with --json (read from the words, since the error may
     have come before they were parsed), or None."""
-    if "--json" not in argv:
+    if "--json" not in argv or "run" in argv:
         return None
     command = next((COMMANDS[word] for word in argv if word in COMMANDS), None)
     if command is None or command.SCHEMA is None:

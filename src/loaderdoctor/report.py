@@ -278,10 +278,12 @@ class LoaderReport:
 
 @dataclass
 class Report:
-    """A check of a target's loaders (schema loaderdoctor.check/1)."""
+    """A check of a target's loaders (schema loaderdoctor.check/1); or, with `command` "run", what the loaders of
+    a script (`target`: its command line) measured on its real steps."""
 
     target: str
     loaders: dict[str, LoaderReport]
+    command: str = "check"
 
     @property
     def critical(self) -> bool:
@@ -294,6 +296,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
+            "command": self.command,
             "target": self.target,
             "loaders": {name: lr.to_dict() for name, lr in self.loaders.items()},
         }
@@ -301,4 +304,5 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         """The Report whose to_dict() is `data`."""
-        return cls(data["target"], {name: LoaderReport.from_dict(name, lr) for name, lr in data["loaders"].items()})
+        loaders = {name: LoaderReport.from_dict(name, lr) for name, lr in data["loaders"].items()}
+        return cls(data["target"], loaders, data.get("command", "check"))

@@ -164,7 +164,7 @@ class TapIterator:
         self.started_at = tap.clock()
         self.waiting_since: float | None = self.started_at  # iter() itself may block on worker start-up
         tap.current = self  # complete now, and before iter(): a watchdog sees a hang inside it too
-        self.inner = iter(tap.loader)
+        self.inner = tap.open_iterator(tap.loader)
         self.waiting_since = None
         self.pids = worker_pids(self.inner)
         tap.emit(IteratorCreated(epoch, facts, self.pids, tap.clock() - self.started_at))
@@ -231,7 +231,8 @@ class TapIterator:
 
 
 class Tap:
-    """Instruments a DataLoader: each epoch() is a TapIterator that reports to the listeners."""
+    """Instruments a DataLoader: each epoch() is a TapIterator that reports to the listeners. `open_iterator`
+    makes torch's iterator of the loader (iter(), unless iter() itself is hooked, as `loaderdoctor run` hooks it)."""
 
     def __init__(
         self,
@@ -240,8 +241,10 @@ class Tap:
         *,
         start_method: str | None,
         clock: Callable[[], float] = time.perf_counter,
+        open_iterator: Callable[[DataLoader], Any] = iter,
     ) -> None:
         self.loader = loader
+        self.open_iterator = open_iterator
         self.listeners = listeners
         self.start_method = start_method
         self.clock = clock

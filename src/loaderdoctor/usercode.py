@@ -39,6 +39,12 @@ def code_owner(filename: str) -> str:
     return "user"
 
 
+def is_own_file(filename: str) -> bool:
+    """Whether a source file is loaderdoctor's own code (its built-in scenarios play the user's part: not own)."""
+    path = os.path.realpath(filename)
+    return path.startswith(_OWN_DIR) and not path.startswith(_SCENARIOS_DIR)
+
+
 def is_user_frame(frame: StackFrame) -> bool:
     """Whether a frame is the user's: their code or a library they chose, not Python, torch or loaderdoctor."""
     return code_owner(frame.file) in ("user", "package")

@@ -56,8 +56,8 @@ def test_scenarios_lists_every_scenario(capsys):
         (["check", "--epochs", "two"], "--epochs must be a whole number of epochs, not 'two'"),
         (["tune", "--max-workers", "0"], "--max-workers must be 1 or more workers, not '0'"),
         (["tune", "--budget", "1e999"], "--budget must be a finite number of seconds, not '1e999'"),
-        (["bogus"], "unknown command 'bogus': use one of check, tune, scale, plan, history, report, scenarios"),
-        ([], "give a command: one of check, tune, scale, plan, history, report, scenarios"),
+        (["bogus"], "unknown command 'bogus': use one of check, tune, scale, run, plan, history, report, scenarios"),
+        ([], "give a command: one of check, tune, scale, run, plan, history, report, scenarios"),
         (["check", "--budget"], "--budget: expected one argument"),
     ],
 )

@@ -3,6 +3,6 @@ None), prepare_parser(subparsers) and run(args, out, err) -> exit status."""
 
 from __future__ import annotations
 
-from loaderdoctor.commands import check, history, plan, report, scale, scenarios, tune
+from loaderdoctor.commands import check, history, plan, report, run, scale, scenarios, tune
 
-COMMANDS = {module.NAME: module for module in (check, tune, scale, plan, history, report, scenarios)}
+COMMANDS = {module.NAME: module for module in (check, tune, scale, run, plan, history, report, scenarios)}

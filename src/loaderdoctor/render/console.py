@@ -22,7 +22,7 @@ _REFRESH_S = 0.1
 
 def render(report: Report, console: Console) -> None:
     """Print the whole report: per loader what was measured, the findings, and the verified fix."""
-    console.print(Text.assemble(("loaderdoctor check ", "bold"), (report.target, "bold cyan")))
+    console.print(Text.assemble((f"loaderdoctor {report.command} ", "bold"), (report.target, "bold cyan")))
     for loader_report in report.loaders.values():
         console.print()
         console.print(_loader(loader_report))

@@ -98,8 +98,10 @@ class WatchRun:
         log_every_s: float,
         waiting_since: Callable[[], float | None],
         torch_iterator: Callable[[], Any],
+        log_diagnosis: bool = True,
     ) -> None:
         self.name = name
+        self.log_diagnosis = log_diagnosis
         self.guarded = guarded
         self.settings = settings
         self.epochs = epochs
@@ -240,7 +242,9 @@ class WatchRun:
 
     def _diagnose(self) -> LoaderReport:
         rec = self.recorder.finish(self.settings(), self.sampler)
-        return finish_run("watch", self.name, rec, self.started_at, self.snapshot, history=self.history)
+        return finish_run(
+            "watch", self.name, rec, self.started_at, self.snapshot, history=self.history, log_it=self.log_diagnosis
+        )
 
 
 def finish_run(
@@ -284,6 +288,8 @@ class WatchedLoader:
         cost_per_hour: float | None = None,
         history: bool = True,
         log_every_s: float = DEFAULT_LOG_EVERY_S,
+        open_iterator: Callable[[DataLoader], Any] = iter,
+        log_diagnosis: bool = True,
     ) -> None:
         _check_options(loader, name, epochs, cost_per_hour, log_every_s)
         self.loader = loader
@@ -299,7 +305,7 @@ class WatchedLoader:
         else:
             fixed = LoaderSpec.from_loader(loader).settings
             settings = lambda: fixed  # noqa: E731
-            tap = self._tap = Tap(loader, [], start_method=fixed.effective_start_method)
+            tap = self._tap = Tap(loader, [], start_method=fixed.effective_start_method, open_iterator=open_iterator)
             waiting = lambda: getattr(tap.current, "waiting_since", None)  # noqa: E731
             inner = tap.torch_iterator
         self._run = WatchRun(
@@ -313,6 +319,7 @@ class WatchedLoader:
             log_every_s=float(log_every_s),
             waiting_since=waiting,
             torch_iterator=inner,
+            log_diagnosis=log_diagnosis,
         )
         if self._tap is not None:
             self._tap.listeners.append(self._run.on_event)
@@ -344,6 +351,16 @@ class WatchedLoader:
     def report(self) -> LoaderReport | None:
         """The diagnosis, once closed."""
         return self._run.report
+
+    @property
+    def started_at(self) -> str:
+        """When the watch began (ISO 8601)."""
+        return self._run.started_at
+
+    @property
+    def snapshot(self) -> HostSnapshot:
+        """The host and this process when the watch began."""
+        return self._run.snapshot
 
     def close(self) -> LoaderReport | None:
         """End the watch: diagnose the run so far, log it, keep it in the history. Safe to call again."""

@@ -15,8 +15,8 @@ def page(report: Report) -> str:
     counts = {s: sum(f.severity == s for lr in report.loaders.values() for f in lr.findings) for s in _SEVERITIES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
     return document(
-        f"loaderdoctor check {report.target}",
-        f"loaderdoctor check {report.target}",
+        f"loaderdoctor {report.command} {report.target}",
+        f"loaderdoctor {report.command} {report.target}",
         f"{plural(len(report.loaders), 'loader')}; summary: {summary}",
         [loader_section(lr) for lr in report.loaders.values()],
     )

@@ -1,0 +1,138 @@
+"""`loaderdoctor run [OPTIONS] SCRIPT [ARGS...]` (or `-m MODULE [ARGS...]`): an unmodified training script run as
+Python (or, with --nproc-per-node, torchrun) would run it, every DataLoader it makes watched on its real steps;
+at its end a summary on stderr (the script's own output untouched), the runs kept in the history, --json and
+--html files; the exit status is the script's."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+from rich.console import Console
+
+from loaderdoctor.commands.arguments import add_history_arg, count
+from loaderdoctor.commands.showing import as_saved, html_file, render_console
+from loaderdoctor.errors import LoaderDoctorWarning, UsageError
+from loaderdoctor.history.keep import keep_run
+from loaderdoctor.history.records import now_iso, run_record
+from loaderdoctor.render import html
+from loaderdoctor.render import json as json_render
+from loaderdoctor.report import Report
+from loaderdoctor.rules import order
+from loaderdoctor.scale.job import Topology
+from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
+from loaderdoctor.watch.ranks import run_ranks
+from loaderdoctor.watch.script import Script, ScriptRun, run_script
+
+NAME = "run"
+SCHEMA = None  # --json names a file: stdout is the script's
+
+# run's own options that take a value, and those that do not: the first word that is neither is the script.
+_VALUED = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--name", "--json", "--html")
+_FLAGS = ("--guard", "--no-history", "-h", "--help")
+
+
+def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        NAME,
+        help="run a training script unchanged, every DataLoader watched; a diagnosis at its end",
+        usage="loaderdoctor run [OPTIONS] SCRIPT [ARGS...]   or   loaderdoctor run [OPTIONS] -m MODULE [ARGS...]",
+        description="Runs SCRIPT as `python SCRIPT ARGS` would (with --nproc-per-node N, as torchrun would), every "
+        "DataLoader it makes watched on the script's real steps. At the end: a diagnosis per loader (and per "
+        "rank) on stderr, the runs kept in the history, --json/--html files. The script's output and exit "
+        "status are its own.",
+    )
+    parser.add_argument("--nproc-per-node", type=count("ranks", minimum=1), default=1, metavar="N",
+                        help="ranks on this node, started by torch.distributed's elastic launcher (default 1: the "
+                        "script runs in this process)")  # fmt: skip
+    parser.add_argument("--name", default=None, metavar="NAME",
+                        help="put before each loader's name (train.py:41): runs are compared by name")  # fmt: skip
+    parser.add_argument("--guard", action="store_true",
+                        help="also guard every loader (never waits forever, never loses a sample)")  # fmt: skip
+    parser.add_argument("--json", type=html_file, default=None, metavar="FILE",
+                        help="also write the diagnosis as JSON (schema loaderdoctor.check/1) to FILE")  # fmt: skip
+    parser.add_argument("--html", type=html_file, default=None, metavar="FILE",
+                        help="also write the diagnosis as one self-contained HTML page")  # fmt: skip
+    add_history_arg(parser)
+    nodes = parser.add_argument_group("across machines (run the same command on every node)")
+    nodes.add_argument("--nnodes", type=count("nodes", minimum=1), default=1, metavar="N", help="nodes in the job")
+    nodes.add_argument("--node-rank", type=count("as a node rank", minimum=0), default=0, metavar="K",
+                       help="this node's rank, 0..N-1")  # fmt: skip
+    nodes.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="node 0's address")
+    parser.add_argument("-m", dest="module", default=None, metavar="MODULE", help="run a module, as python -m does")
+    parser.add_argument("script_and_args", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]")
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """run's own words, and the script's (from SCRIPT, or from -m MODULE, on): what follows the script is its
+    own, even when it looks like one of run's options."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word == "-m":
+            return argv[: index + 2], argv[index + 2 :]
+        if word in _VALUED:
+            index += 2
+        elif word in _FLAGS or (word.startswith("--") and word.split("=", 1)[0] in _VALUED):
+            index += 1
+        else:
+            return argv[:index], argv[index:]
+    return argv, []
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    script = _script(args)
+    topology = Topology(args.nproc_per_node, args.nnodes, args.node_rank, args.rdzv_endpoint)
+    if topology.world_size > 1:
+        result = run_ranks(script, topology, guarded=args.guard, name=args.name)
+    else:
+        result = run_script(script, EveryLoader(guarded=args.guard, name=args.name))
+    try:
+        _summarize(result, script, args, err)
+    except Exception as error:  # loaderdoctor's failure never changes the script's outcome
+        warnings.warn(f"loaderdoctor run could not summarize the run: {type(error).__name__}: {error}",
+                      LoaderDoctorWarning, stacklevel=1)  # fmt: skip
+    return result.exit_status
+
+
+def _script(args: argparse.Namespace) -> Script:
+    if args.module is not None:
+        script = Script(args.module, tuple(args.script_and_args), module=True)
+    elif args.script_and_args:
+        script = Script(args.script_and_args[0], tuple(args.script_and_args[1:]))
+    else:
+        raise UsageError("give the training script to run", hint="loaderdoctor run train.py [ARGS...]")
+    script.check()
+    return script
+
+
+def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err: Console) -> None:
+    """The summary on stderr, the runs kept in the history, the --json and --html files."""
+    if not args.no_history:
+        for loader in result.loaders:
+            _keep(loader, script)
+    report = as_saved(Report(script.words(), {run.report.name: run.report for run in result.loaders}, NAME))
+    err.print()
+    if not report.loaders:
+        err.print(f"loaderdoctor run: no DataLoader delivered a batch in {script.words()}", markup=False)
+    else:
+        render_console(report, err)
+    if result.ended_by is not None:
+        err.print(f"loaderdoctor run: the script was ended by {result.ended_by}; the diagnosis covers what it "
+                  f"measured until then (exit status {result.exit_status})", markup=False)  # fmt: skip
+    if args.json is not None:
+        Path(args.json).write_text(json_render.render(report) + "\n")
+        err.print(f"JSON written to {args.json}", highlight=False, markup=False)
+    if args.html is not None:
+        html.write_page(html.report_page(report), args.html)
+        err.print(f"HTML report written to {args.html}", highlight=False, markup=False)
+
+
+def _keep(loader: LoaderRun, script: Script) -> None:
+    """Keep one loader's run in the history; run-degradation, when found, joins its findings."""
+    report = loader.report
+    record = run_record(NAME, report.name, report, loader.started_at, now_iso(), loader.host, script.words())
+    degraded = keep_run(record)
+    if degraded is not None:
+        report.findings = order([*report.findings, degraded])

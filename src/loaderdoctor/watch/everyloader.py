@@ -1,0 +1,211 @@
+"""Every DataLoader a script makes, watched without a change to the script: while installed, torch's
+DataLoader.__init__ notes where the user's code made each loader, and DataLoader.__iter__ runs each of them
+through a watch (guarded too, when asked), named by that place ("train.py:41").
+
+The hooks sit on torch's class itself, not on the name torch.utils.data.DataLoader: loaders made by libraries
+that bound the class at import (Lightning re-making a loader for its DistributedSampler), subclasses, and code
+that checks type() or isinstance() all see torch's class as it is. Loaders that loaderdoctor makes for itself
+(the guard's own) are left alone. The hooks are installed only while a script runs, and restored after it
+(unless somebody replaced them since, then they are left as they are and pass everything through).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data.dataloader import DataLoader as TorchDataLoader
+
+from loaderdoctor.guard import guard
+from loaderdoctor.report import LoaderReport
+from loaderdoctor.usercode import code_owner, is_own_file
+from loaderdoctor.watch.watched import WatchedLoader
+
+log = logging.getLogger("loaderdoctor")
+
+# Loaders watched at most per place in the code: a script that makes a loader afresh every epoch gets the first
+# ones watched, the rest iterate as they would unwatched (each watched loader is kept until the script ends).
+MAX_PER_SITE = 8
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_own(filename: str) -> bool:
+    return is_own_file(filename)
+
+
+def creation_site(frame: Any) -> str | None:
+    """Where the user's code made a loader, from the frame that called DataLoader.__init__: the innermost frame
+    of the user's own code ("train.py:41"), else of a package they chose; None when loaderdoctor made it."""
+    package_site = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        owner = code_owner(filename)
+        if owner == "user":
+            return f"{Path(filename).name}:{frame.f_lineno}"
+        if owner == "internal" and is_own_file(filename) and package_site is None:
+            return None  # loaderdoctor's own loader (a guard's), made on behalf of a watched one
+        if owner == "package" and package_site is None:
+            package_site = f"{Path(filename).name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return package_site
+
+
+class EveryLoader:
+    """The hooks on torch's DataLoader while a script runs, and the watches they made (see the module's text).
+    `name` goes before each loader's name, and `rank` (a distributed run's) after it ("train.py:41/rank1");
+    `guarded` guards every loader."""
+
+    def __init__(
+        self, *, name: str | None = None, rank: int | None = None, guarded: bool = False, history: bool = False
+    ) -> None:
+        self.name = name
+        self.rank = rank
+        self.guarded = guarded
+        self.history = history
+        self.watches: list[WatchedLoader] = []
+        self._sites: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._watched: dict[int, WatchedLoader] = {}  # id(loader) -> its watch (the watch keeps the loader alive)
+        self._per_site: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+        self._original_init: Callable[..., None] | None = None
+        self._original_iter: Callable[[Any], Iterator[Any]] | None = None
+        self._init_hook: Callable[..., None] | None = None
+        self._iter_hook: Callable[[Any], Iterator[Any]] | None = None
+        self.active = False
+
+    def install(self) -> None:
+        """Hook torch's DataLoader: from now on every loader made is watched when iterated."""
+        if self.active:
+            return
+        original_init = self._original_init = TorchDataLoader.__init__
+        original_iter = self._original_iter = TorchDataLoader.__iter__
+        every = self
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(loader, *args, **kwargs)
+            if every.active:
+                every._note_site(loader, sys._getframe(1))
+
+        def __iter__(loader: Any) -> Iterator[Any]:
+            if not every.active or _is_own(sys._getframe(1).f_code.co_filename):
+                return original_iter(loader)  # loaderdoctor's own iteration: a watch or guard the script made
+            try:
+                watched = every._watch_of(loader)
+            except Exception as error:  # an unhashable subclass, say: iterated as it would be unwatched
+                log.debug("loaderdoctor run: a DataLoader is not watched: %s", error)
+                watched = None
+            return original_iter(loader) if watched is None else iter(watched)
+
+        __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+        __iter__.__wrapped__ = original_iter  # type: ignore[attr-defined]
+        self._init_hook, self._iter_hook = __init__, __iter__
+        TorchDataLoader.__init__ = __init__  # type: ignore[method-assign]
+        TorchDataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+        self.active = True
+
+    def uninstall(self) -> None:
+        """Put torch's methods back (unless another hook replaced ours since: then ours pass everything on)."""
+        if not self.active:
+            return
+        self.active = False
+        if TorchDataLoader.__dict__.get("__init__") is self._init_hook:
+            TorchDataLoader.__init__ = self._original_init  # type: ignore[method-assign,assignment]
+        if TorchDataLoader.__dict__.get("__iter__") is self._iter_hook:
+            TorchDataLoader.__iter__ = self._original_iter  # type: ignore[method-assign,assignment]
+
+    def _note_site(self, loader: Any, frame: Any) -> None:
+        try:
+            site = creation_site(frame)
+            if site is not None and loader not in self._sites:
+                self._sites[loader] = site
+        except Exception as error:  # never fail the user's DataLoader(...)
+            log.debug("loaderdoctor run: no site for a DataLoader: %s", error)
+
+    def _watch_of(self, loader: Any) -> WatchedLoader | None:
+        """The watch of `loader`, made at its first iter(); None for loaders left alone."""
+        watched = self._watched.get(id(loader))
+        if watched is not None and (watched.loader is loader or getattr(watched.loader, "loader", None) is loader):
+            return watched
+        site = self._sites.get(loader)
+        if site is None:
+            return None
+        with self._lock:
+            self._per_site[site] += 1
+            count = self._per_site[site]
+            if count > MAX_PER_SITE:
+                if count == MAX_PER_SITE + 1:
+                    log.warning("loaderdoctor run: more than %d DataLoaders made at %s: the later ones are not "
+                                "watched", MAX_PER_SITE, site)  # fmt: skip
+                del self._sites[loader]
+                return None
+            name = site if count == 1 else f"{site}#{count}"
+            if self.name:
+                name = f"{self.name}/{name}"
+            if self.rank is not None:
+                name += f"/rank{self.rank}"
+            try:
+                watched = self._make_watch(loader, name)
+            except Exception as error:  # loaderdoctor's failure leaves the loader as it was, said once
+                log.warning("loaderdoctor run: %s is not watched: %s: %s", name, type(error).__name__, error)
+                del self._sites[loader]
+                return None
+            self._watched[id(loader)] = watched
+            self.watches.append(watched)
+            return watched
+
+    def _make_watch(self, loader: Any, name: str) -> WatchedLoader:
+        original_iter = self._original_iter
+        assert original_iter is not None
+        if self.guarded:
+            guarded = guard(loader, persistent_workers=loader.persistent_workers)
+            return WatchedLoader(guarded, name, history=self.history, log_diagnosis=False)
+        return WatchedLoader(loader, name, history=self.history, open_iterator=original_iter, log_diagnosis=False)
+
+    def close(self) -> list[LoaderRun]:
+        """End every watch: the runs of the loaders that delivered batches, in the order they were first
+        iterated. Also uninstalls the hooks, and lets the loaders go."""
+        self.uninstall()
+        runs = []
+        for watched in self.watches:
+            report = watched.close()
+            if report is not None:
+                runs.append(LoaderRun(report, watched.started_at, watched.snapshot.to_dict()))
+        # The loaders go when the script drops them (and their persistent workers with them), as unwatched.
+        self.watches, self._watched = [], {}
+        self._sites = weakref.WeakKeyDictionary()
+        return runs
+
+
+@dataclass
+class LoaderRun:
+    """One watched loader's diagnosis, with what its history record needs: when it began, the host then."""
+
+    report: LoaderReport
+    started_at: str
+    host: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.report.name, "report": self.report.to_dict(), "started_at": self.started_at,
+                "host": self.host}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoaderRun:
+        return cls(LoaderReport.from_dict(data["name"], data["report"]), data["started_at"], data["host"])
+
+
+def own_process_is_rank() -> int | None:
+    """This process's rank when a launcher started it as one rank of several (RANK and WORLD_SIZE set)."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        return int(os.environ["RANK"]) if world > 1 else None
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,157 @@
+"""A script run as N ranks, as torchrun runs it: torch.distributed's elastic launcher starts `python -m
+loaderdoctor.watch.ranks SCRIPT ARGS` in each rank (the script's output goes where torchrun's would); each
+rank runs the script with its loaders watched and writes what it measured to a file of its own; this node's
+ranks' loaders are then joined here, and rank-straggler judged across the ranks of each loader."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from loaderdoctor.report import Finding
+from loaderdoctor.rules import order
+from loaderdoctor.rules.straggler import rank_straggler
+from loaderdoctor.scale.job import Topology, endpoint_parts
+from loaderdoctor.scale.launch import free_port
+from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun, own_process_is_rank
+from loaderdoctor.watch.script import Script, ScriptRun, run_script
+
+# What the ranks read from their environment: where to write, and whether to guard.
+RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
+GUARD_ENV = "LOADERDOCTOR_RUN_GUARD"
+NAME_ENV = "LOADERDOCTOR_RUN_NAME"
+# After a rank fails, how long the others get to end on SIGTERM (and write what they measured) before SIGKILL.
+SHUTDOWN_TIMEOUT_S = 30
+RENDEZVOUS_TIMEOUT_S = 900
+_RANK_SUFFIX = re.compile(r"^(?P<base>.*)/rank(?P<rank>\d+)$")
+
+
+def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> ScriptRun:
+    """Run `script` in `topology.ranks` ranks on this node; its exit status (the first failed rank's, else 0) and
+    the loaders of this node's ranks, with rank-straggler added to the straggling rank's loader."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    work = Path(tempfile.mkdtemp(prefix="loaderdoctor-run-"))
+    if topology.rdzv_endpoint is None:
+        endpoint = f"127.0.0.1:{free_port()}"
+    else:
+        host, port = endpoint_parts(topology.rdzv_endpoint)
+        endpoint = f"{host}:{port}"
+    config = LaunchConfig(
+        min_nodes=topology.nnodes,
+        max_nodes=topology.nnodes,
+        nproc_per_node=topology.ranks,
+        run_id="loaderdoctor-run",
+        rdzv_backend="static",
+        rdzv_endpoint=endpoint,
+        rdzv_configs={"rank": topology.node_rank, "timeout": RENDEZVOUS_TIMEOUT_S},
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(work / "logs")),
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+    )
+    environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or ""}
+    if topology.ranks > 1:
+        environ.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # as torchrun sets it
+    saved = {name: os.environ.get(name) for name in environ}
+    os.environ.update(environ)
+    quiet = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.distributed.launcher")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)  # the launcher's own chatter; a rank's failure comes back as its status
+    status, ended_by = 0, None
+    try:
+        elastic_launch(config, sys.executable)("-m", "loaderdoctor.watch.ranks", *script.argv())
+    except ChildFailedError as error:
+        failed_rank, first = min(error.failures.items())
+        status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
+        ended_by = f"rank {failed_rank} failing"
+    finally:
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        loaders, hosts = _written(work)
+        shutil.rmtree(work, ignore_errors=True)
+    return ScriptRun(status, joined(loaders, hosts), ended_by)
+
+
+def _written(work: Path) -> tuple[list[LoaderRun], dict[int, str]]:
+    """What the ranks wrote, in rank order, and each rank's host."""
+    loaders: list[LoaderRun] = []
+    hosts: dict[int, str] = {}
+    for path in sorted(work.glob("rank*.json"), key=lambda p: int(p.stem[4:])):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            data = json.loads(path.read_text())
+            hosts[int(data["rank"])] = str(data["host"])
+            loaders.extend(LoaderRun.from_dict(item) for item in data["loaders"])
+    return loaders, hosts
+
+
+def joined(loaders: list[LoaderRun], hosts: dict[int, str]) -> list[LoaderRun]:
+    """The ranks' loaders with, for each loader made at one place in every rank ("train.py:41/rank0",
+    "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there is one."""
+    by_base: dict[str, dict[int, LoaderRun]] = {}
+    for run in loaders:
+        match = _RANK_SUFFIX.match(run.report.name)
+        if match:
+            by_base.setdefault(match["base"], {})[int(match["rank"])] = run
+    for ranks in by_base.values():
+        finding = rank_straggler(
+            {rank: run.report.recording for rank, run in ranks.items()},
+            hosts,
+            {rank: run.report.findings for rank, run in ranks.items()},
+        )
+        if finding is not None:
+            slow = ranks[int(finding.evidence["rank"])].report
+            slow.findings = order([*slow.findings, finding])
+    return loaders
+
+
+def _rank_main(argv: list[str]) -> int:
+    """One rank: the script run with its loaders watched, what they measured written for the launching node."""
+    module = bool(argv) and argv[0] == "-m"
+    rest = argv[1:] if module else argv
+    script = Script(rest[0], tuple(rest[1:]), module=module)
+    every = EveryLoader(
+        name=os.environ.get(NAME_ENV) or None, rank=own_process_is_rank(), guarded=bool(os.environ.get(GUARD_ENV))
+    )
+    run = run_script(script, every)
+    out = Path(os.environ[RUN_DIR_ENV]) / f"rank{os.environ.get('RANK', '0')}.json"
+    written: dict[str, Any] = {
+        "rank": int(os.environ.get("RANK", "0")),
+        "host": socket.gethostname(),
+        "exit_status": run.exit_status,
+        "loaders": [loader.to_dict() for loader in run.loaders],
+    }
+    try:
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(written))
+        tmp.replace(out)
+    except (OSError, ValueError) as error:
+        print(f"loaderdoctor run: rank {written['rank']} could not write what it measured: {error}", file=sys.stderr)
+    return run.exit_status
+
+
+def straggler_findings(loaders: list[LoaderRun]) -> list[Finding]:
+    """The rank-straggler findings among `loaders`."""
+    return [f for run in loaders for f in run.report.findings if f.rule == "rank-straggler"]
+
+
+if __name__ == "__main__":
+    sys.exit(_rank_main(sys.argv[1:]))

@@ -1,0 +1,138 @@
+"""A training script run as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would run it, in this process, with
+every DataLoader it makes watched: its __main__, its argv, its sys.path[0], its output and its exit status are
+the script's own; an exception is printed as Python prints it, from the script's first frame."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from loaderdoctor.errors import UsageError
+from loaderdoctor.signals import TemporaryHandler, chain
+from loaderdoctor.usercode import is_own_file
+from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
+
+# The exit status of a script ended by Ctrl-C, as a shell reports a process that SIGINT ended.
+INTERRUPTED_STATUS = 128 + signal.SIGINT
+
+
+@dataclass(frozen=True)
+class Script:
+    """What to run: a file (`program` its path) or, with `module`, a module's name; and its arguments."""
+
+    program: str
+    args: tuple[str, ...] = ()
+    module: bool = False
+
+    def check(self) -> None:
+        """A clear UsageError when the script cannot be found (before anything runs)."""
+        if self.module:
+            if not self.program:
+                raise UsageError("-m needs a module's name", hint="loaderdoctor run -m package.train [ARGS...]")
+            return
+        path = Path(self.program)
+        if not path.exists():
+            raise UsageError(f"no such script: {self.program}", hint="give the training script's path: "
+                             "loaderdoctor run train.py [ARGS...]")  # fmt: skip
+        if path.is_dir() and not (path / "__main__.py").exists():
+            raise UsageError(f"{self.program} is a folder without __main__.py", hint="give the script's file")
+
+    def words(self) -> str:
+        """As typed after `python`: "train.py --epochs 3" or "-m pkg.train"."""
+        return " ".join((["-m"] if self.module else []) + [self.program, *self.args])
+
+    def argv(self) -> list[str]:
+        """The arguments for `python` to run it."""
+        return (["-m"] if self.module else []) + [self.program, *self.args]
+
+
+@dataclass
+class ScriptRun:
+    """How the script ended, and what was watched while it ran."""
+
+    exit_status: int
+    loaders: list[LoaderRun] = field(default_factory=list)
+    ended_by: str | None = None  # "an exception", "Ctrl-C", "SIGTERM", or None when it ran to its end or exit()
+
+
+def run_script(script: Script, every: EveryLoader) -> ScriptRun:
+    """Run `script` here with `every`'s hooks installed (and SIGTERM made an exit, so that a killed script still
+    leaves its summary); then end every watch. sys.argv, sys.path[0] and __main__ are restored afterwards."""
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    ended_by: str | None = None
+    term = TemporaryHandler(signal.SIGTERM, _exit_on_term)
+    term.install()
+    every.install()
+    try:
+        status = _run(script)
+    except KeyboardInterrupt:
+        _print_exception(*sys.exc_info())
+        status, ended_by = INTERRUPTED_STATUS, "Ctrl-C"
+    except _Terminated as terminated:
+        status, ended_by = 128 + terminated.signum, "SIGTERM"
+    except BaseException:
+        _print_exception(*sys.exc_info())
+        status, ended_by = 1, "an exception"
+    finally:
+        every.uninstall()
+        term.uninstall()
+        sys.argv[:] = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+    return ScriptRun(status, every.close(), ended_by)
+
+
+def _run(script: Script) -> int:
+    """The script's exit status when it returns or calls exit(); exceptions pass."""
+    try:
+        if script.module:
+            sys.argv[:] = [script.program, *script.args]  # run_module puts the module's file in argv[0]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(script.program, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv[:] = [script.program, *script.args]
+            sys.path[0] = str(Path(script.program).resolve().parent)
+            runpy.run_path(script.program, run_name="__main__")
+    except SystemExit as exit_:
+        return _exit_status(exit_.code)
+    return 0
+
+
+def _exit_status(code: Any) -> int:
+    """The status Python exits with for SystemExit(code): None is 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+class _Terminated(BaseException):
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"ended by signal {signum}")
+        self.signum = signum
+
+
+def _exit_on_term(signum: int, frame: Any, previous: Any) -> None:
+    """SIGTERM with no handler of the script's: end the script (its finally blocks run), then the summary."""
+    if previous in (signal.SIG_DFL, None):
+        raise _Terminated(signum)
+    chain(previous, signum, frame)
+
+
+def _print_exception(kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    """As Python prints an uncaught exception: from the script's first frame (runpy's and ours left out)."""
+    if error is None:
+        return
+    while tb is not None and (is_own_file(tb.tb_frame.f_code.co_filename) or
+                              tb.tb_frame.f_code.co_filename == runpy.__file__):  # fmt: skip
+        tb = tb.tb_next
+    traceback.print_exception(kind, error, tb, file=sys.stderr)

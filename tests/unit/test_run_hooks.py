@@ -1,0 +1,104 @@
+"""`loaderdoctor run`'s pieces in this process: its words split from the script's, the hooks on torch's DataLoader
+(loaders named where the user's code made them, loaderdoctor's own iteration passed through, torch's methods
+restored), a LoaderRun's JSON round trip, and rank-straggler joined onto the straggling rank's loader."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from recordings import make_recording
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import DataLoader as TorchDataLoader
+
+from loaderdoctor.commands.run import split_argv
+from loaderdoctor.report import LoaderReport
+from loaderdoctor.settings import Settings
+from loaderdoctor.watch import watch
+from loaderdoctor.watch.everyloader import MAX_PER_SITE, EveryLoader, LoaderRun
+from loaderdoctor.watch.ranks import joined
+
+
+def test_runs_words_end_where_the_script_begins():
+    assert split_argv(["--guard", "train.py", "--guard", "--json", "x"]) == (
+        ["--guard"],
+        ["train.py", "--guard", "--json", "x"],
+    )
+    assert split_argv(["--nproc-per-node", "2", "--json=o.json", "-m", "pkg.train", "--lr", "3"]) == (
+        ["--nproc-per-node", "2", "--json=o.json", "-m", "pkg.train"],
+        ["--lr", "3"],
+    )
+    assert split_argv(["--name", "train.py"]) == (["--name", "train.py"], [])  # a value, not the script
+
+
+def _line() -> int:
+    return sys._getframe(1).f_lineno
+
+
+def test_loaders_are_watched_by_where_they_were_made_and_torch_is_restored_after():
+    every = EveryLoader(history=False)
+    original = TorchDataLoader.__init__, TorchDataLoader.__iter__
+    before = DataLoader(torch.arange(8), batch_size=2)  # made before: left alone
+    every.install()
+    try:
+        line, loader = _line(), DataLoader(torch.arange(12), batch_size=4)
+        assert type(loader) is TorchDataLoader and isinstance(loader, DataLoader)
+        assert [len(b) for b in loader] == [4, 4, 4]
+        assert list(before) and sum(len(b) for b in loader) == 12
+    finally:
+        runs = every.close()
+    assert (TorchDataLoader.__init__, TorchDataLoader.__iter__) == original
+    assert [run.report.name for run in runs] == [f"test_run_hooks.py:{line}"]
+    assert runs[0].report.recording.epochs[-1].batches == 3 and len(runs[0].report.recording.epochs) == 2
+
+
+def test_a_loader_the_script_watches_itself_is_left_to_that_watch():
+    every = EveryLoader(history=False)
+    every.install()
+    try:
+        own = watch(DataLoader(torch.arange(8), batch_size=2), "the-scripts-own", history=False)
+        assert sum(len(b) for b in own) == 8
+        report = own.close()
+    finally:
+        runs = every.close()
+    assert runs == [] and report is not None and report.recording.epochs[0].batches == 4
+
+
+def test_loaders_made_again_and_again_at_one_place_are_counted_and_bounded():
+    every = EveryLoader(name="job", rank=1, history=False)
+    every.install()
+    try:
+        for _ in range(MAX_PER_SITE + 2):
+            line = _line() + 1
+            assert len(list(DataLoader(torch.arange(4), batch_size=2))) == 2
+    finally:
+        runs = every.close()
+    names = [run.report.name for run in runs]
+    site = f"test_run_hooks.py:{line}"
+    assert names[:2] == [f"job/{site}/rank1", f"job/{site}#2/rank1"] and len(names) == MAX_PER_SITE
+
+
+def test_a_loader_run_loads_back_from_its_json():
+    rec = make_recording(settings=Settings(num_workers=2), epochs=1, batches_per_epoch=10, wait_s=0.01, step_s=0.02)
+    run = LoaderRun(LoaderReport("train.py:9", rec, []), "2026-11-25T10:00:00+00:00", {"hostname": "vm"})
+    back = LoaderRun.from_dict(run.to_dict())
+    assert back.report.name == "train.py:9" and back.started_at == run.started_at and back.host == run.host
+    assert back.report.recording.batches == rec.batches
+
+
+def _rank(name: str, wait_s: float, step_s: float) -> LoaderRun:
+    rec = make_recording(settings=Settings(num_workers=2), epochs=2, batches_per_epoch=30, wait_s=wait_s,
+                         step_s=step_s)  # fmt: skip
+    return LoaderRun(LoaderReport(name, rec, []), "2026-11-25T10:00:00+00:00", {})
+
+
+def test_rank_straggler_joins_the_straggling_ranks_loader_only():
+    ranks = [
+        _rank("train.py:9/rank0", 0.004, 0.200),
+        _rank("train.py:9/rank1", 0.190, 0.015),
+        _rank("val.py:3/rank0", 0.004, 0.020),
+        _rank("val.py:3/rank1", 0.005, 0.020),
+    ]
+    rules = {run.report.name: [f.rule for f in run.report.findings] for run in joined(ranks, {0: "a", 1: "b"})}
+    assert rules == {"train.py:9/rank0": [], "train.py:9/rank1": ["rank-straggler"], "val.py:3/rank0": [],
+                     "val.py:3/rank1": []}  # fmt: skip
