@@ -230,6 +230,9 @@ class Recording:
     # Every batch delivered, when `batches` keeps only an even thinning of a long watched run (see watch/); None
     # when `batches` holds them all.
     batches_delivered: int | None = None
+    # A watched loader's drop_last, and its DistributedSampler's (None without one): what a DDP plan needs.
+    drop_last: bool | None = None
+    sampler_drop_last: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

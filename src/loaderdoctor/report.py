@@ -24,6 +24,7 @@ from loaderdoctor.recording import (
     training_rate,
     wait_fraction,
 )
+from loaderdoctor.scale.plan import DdpPlan
 from loaderdoctor.settings import Settings
 from loaderdoctor.usage import loading_cpu, other_cores, worker_uss_after_startup
 
@@ -231,6 +232,7 @@ class LoaderReport:
     findings: list[Finding]
     verification: Verification | None = None
     epoch_cost: EpochCost | None = None  # an epoch's time (and money) now and with the fix, when asked for
+    plan: DdpPlan | None = None  # a distributed run's DDP plan (`loaderdoctor run --nproc-per-node`), on rank 0
 
     @property
     def limit(self) -> Limit:
@@ -259,6 +261,7 @@ class LoaderReport:
             "findings": [f.to_dict() for f in self.findings],
             "verification": None if self.verification is None else self._verification_dict(self.verification),
             "epoch": None if self.epoch_cost is None else self.epoch_cost.to_dict(),
+            **({} if self.plan is None else {"plan": self.plan.to_dict()}),
             "recording": self.recording.to_dict(),  # last: the figures above are what a reader looks for
         }
 

@@ -110,7 +110,8 @@ def test_a_script_that_raises_is_shown_as_python_shows_it_and_still_summarized(t
     assert "ended by an exception" in result.stderr
 
 
-def test_a_killed_script_leaves_its_summary_and_no_process(tmp_path):
+@pytest.mark.parametrize(("signum", "said"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
+def test_a_killed_or_interrupted_script_leaves_its_summary_and_no_process(tmp_path, signum, said):
     _write(tmp_path, "forever.py", """\
         import pathlib, time
         import torch
@@ -132,14 +133,14 @@ def test_a_killed_script_leaves_its_summary_and_no_process(tmp_path):
         while not (tmp_path / "started").exists() and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
         assert (tmp_path / "started").exists(), process.communicate(timeout=30)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 128 + signal.SIGTERM
-    assert "ended by SIGTERM" in stderr
+    assert process.returncode == 128 + signum
+    assert f"ended by {said}" in stderr
     loader = json.loads((tmp_path / "out.json").read_text())["loaders"]["forever.py:5"]
     assert loader["measurements"]["batches"] >= 21
     assert loader["settings"]["num_workers"] == 2
@@ -219,6 +220,9 @@ def test_two_gloo_ranks_name_the_rank_that_reads_slow_storage(tmp_path):
     assert straggler["evidence"]["rank"] == 1 and straggler["title"].startswith("rank 1 waits")
     assert not [f for f in report["loaders"][f"{site}/rank0"]["findings"] if f["rule"] == "rank-straggler"]
     assert "rank-straggler" in result.stderr
+    plan = report["loaders"][f"{site}/rank0"]["plan"]
+    assert (plan["world_size"], plan["samples_per_rank"], plan["batches_per_rank"]) == (2, 96, 24)
+    assert "DDP plan" in result.stderr
     assert {run.name for run in load_runs()} == {f"{site}/rank0", f"{site}/rank1"}
 
 

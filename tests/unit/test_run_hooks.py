@@ -86,19 +86,25 @@ def test_a_loader_run_loads_back_from_its_json():
     assert back.report.recording.batches == rec.batches
 
 
-def _rank(name: str, wait_s: float, step_s: float) -> LoaderRun:
+def _rank(name: str, wait_s: float, step_s: float, **fields) -> LoaderRun:
     rec = make_recording(settings=Settings(num_workers=2), epochs=2, batches_per_epoch=30, wait_s=wait_s,
-                         step_s=step_s)  # fmt: skip
+                         step_s=step_s, **fields)  # fmt: skip
     return LoaderRun(LoaderReport(name, rec, []), "2026-11-25T10:00:00+00:00", {})
 
 
-def test_rank_straggler_joins_the_straggling_ranks_loader_only():
+def test_rank_straggler_joins_the_straggling_ranks_loader_only_and_the_plan_rank_0s():
+    sampled = {"dataset_len": 481, "batch_size": 8, "drop_last": False, "sampler_drop_last": False}
     ranks = [
-        _rank("train.py:9/rank0", 0.004, 0.200),
-        _rank("train.py:9/rank1", 0.190, 0.015),
+        _rank("train.py:9/rank0", 0.004, 0.200, **sampled),
+        _rank("train.py:9/rank1", 0.190, 0.015, **sampled),
         _rank("val.py:3/rank0", 0.004, 0.020),
         _rank("val.py:3/rank1", 0.005, 0.020),
     ]
-    rules = {run.report.name: [f.rule for f in run.report.findings] for run in joined(ranks, {0: "a", 1: "b"})}
+    joined_ranks = joined(ranks, {0: "a", 1: "b"}, 2)
+    rules = {run.report.name: [f.rule for f in run.report.findings] for run in joined_ranks}
     assert rules == {"train.py:9/rank0": [], "train.py:9/rank1": ["rank-straggler"], "val.py:3/rank0": [],
                      "val.py:3/rank1": []}  # fmt: skip
+    plans = {run.report.name: run.report.plan for run in joined_ranks}
+    plan = plans.pop("train.py:9/rank0")
+    assert plan is not None and (plan.world_size, plan.samples_per_rank, plan.repeated_samples) == (2, 241, 1)
+    assert set(plans.values()) == {None}  # once per loader; none without a DistributedSampler (val)

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loaderdoctor.limit import limit_words
+from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
 from loaderdoctor.settings import Settings
 from loaderdoctor.words import plural
@@ -41,6 +42,8 @@ def _loader(lr: LoaderReport) -> Group:
         parts.append(_verification(rec.settings, lr.verification))
     if lr.epoch_cost is not None:
         parts.append(Text(f"  {lr.epoch_cost.words()[0].upper()}{lr.epoch_cost.words()[1:]}.", style="bold"))
+    if lr.plan is not None:
+        parts.extend([Text(""), plan_view(lr.plan)])
     return Group(*parts)
 
 

@@ -17,11 +17,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from loaderdoctor.recording import Recording
 from loaderdoctor.report import Finding
 from loaderdoctor.rules import order
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts
 from loaderdoctor.scale.launch import free_port
+from loaderdoctor.scale.plan import DdpPlan, ddp_plan
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun, own_process_is_rank
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
 
@@ -88,7 +90,7 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
                 os.environ[name] = value
         loaders, hosts = _written(work)
         shutil.rmtree(work, ignore_errors=True)
-    return ScriptRun(status, joined(loaders, hosts), ended_by)
+    return ScriptRun(status, joined(loaders, hosts, topology.world_size), ended_by)
 
 
 def _written(work: Path) -> tuple[list[LoaderRun], dict[int, str]]:
@@ -103,9 +105,10 @@ def _written(work: Path) -> tuple[list[LoaderRun], dict[int, str]]:
     return loaders, hosts
 
 
-def joined(loaders: list[LoaderRun], hosts: dict[int, str]) -> list[LoaderRun]:
+def joined(loaders: list[LoaderRun], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
     """The ranks' loaders with, for each loader made at one place in every rank ("train.py:41/rank0",
-    "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there is one."""
+    "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there is one, and the
+    DDP plan on the lowest rank's loader when it draws from a DistributedSampler."""
     by_base: dict[str, dict[int, LoaderRun]] = {}
     for run in loaders:
         match = _RANK_SUFFIX.match(run.report.name)
@@ -120,7 +123,18 @@ def joined(loaders: list[LoaderRun], hosts: dict[int, str]) -> list[LoaderRun]:
         if finding is not None:
             slow = ranks[int(finding.evidence["rank"])].report
             slow.findings = order([*slow.findings, finding])
+        first = ranks[min(ranks)].report
+        first.plan = _plan(first.recording, world_size)
     return loaders
+
+
+def _plan(rec: Recording, world_size: int) -> DdpPlan | None:
+    """The DDP plan of a rank's loader, from its dataset, batch size and drop_lasts; None without a
+    DistributedSampler (each rank then reads the whole dataset: no plan describes that) or a known size."""
+    if rec.sampler_drop_last is None or not rec.dataset_len or not rec.batch_size:
+        return None
+    return ddp_plan(rec.dataset_len, rec.batch_size, world_size, drop_last=bool(rec.drop_last),
+                    sampler_drop_last=rec.sampler_drop_last)  # fmt: skip
 
 
 def _rank_main(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from loaderdoctor.host import OtherLoad, host_facts
 from loaderdoctor.indexed import parse_sample_failures
@@ -52,6 +53,8 @@ class LoaderFacts:
     iterable: bool
     dataset: str
     dataset_len: int | None
+    drop_last: bool | None = None
+    sampler_drop_last: bool | None = None  # its DistributedSampler's; None without one
 
 
 def sampler_epoch(loader: DataLoader) -> int | None:
@@ -77,6 +80,7 @@ def loader_facts(user_loader: DataLoader, settings: Settings) -> LoaderFacts:
         dataset_len: int | None = len(dataset)  # type: ignore[arg-type]
     except TypeError:
         dataset_len = None
+    sampler = getattr(user_loader, "sampler", None)
     return LoaderFacts(
         settings=settings,
         batch_size=user_loader.batch_size,
@@ -84,6 +88,8 @@ def loader_facts(user_loader: DataLoader, settings: Settings) -> LoaderFacts:
         iterable=isinstance(dataset, IterableDataset),
         dataset=type(dataset).__name__,
         dataset_len=dataset_len,
+        drop_last=getattr(user_loader, "drop_last", None),
+        sampler_drop_last=bool(sampler.drop_last) if isinstance(sampler, DistributedSampler) else None,
     )
 
 
@@ -118,6 +124,8 @@ class RunRecorder:
             host=host_facts(),
             dataset=facts.dataset,
             dataset_len=facts.dataset_len,
+            drop_last=facts.drop_last,
+            sampler_drop_last=facts.sampler_drop_last,
         )
         self.other_load = OtherLoad()
         self.tally: EpochTally | None = None  # the open epoch's

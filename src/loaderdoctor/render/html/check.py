@@ -6,6 +6,7 @@ from __future__ import annotations
 from loaderdoctor.recording import Recording
 from loaderdoctor.render.console import measured_rows, short_value, startup_words, verification_head
 from loaderdoctor.render.html.page import code, document, facts_table, section, verdict_box
+from loaderdoctor.render.html.plan import plan_block
 from loaderdoctor.render.html.timeline import epoch_rates, timeline, timeline_peak_ms, worker_memory
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification
 from loaderdoctor.words import plural
@@ -41,6 +42,8 @@ def loader_section(lr: LoaderReport) -> str:
     parts.append("<h3>Rate per epoch</h3>" + epoch_rates(named, f"rate per epoch of '{lr.name}'"))
     parts.append("<h3>Workers' memory</h3>" + worker_memory(after or rec, _memory_label(lr.name, rec, after)))
     parts.append("<h3>Host</h3>" + facts_table(_host(rec)))
+    if lr.plan is not None:
+        parts.append(plan_block(lr.plan))
     return section(f"loader '{lr.name}'", parts, "loader")
 
 

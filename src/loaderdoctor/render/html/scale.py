@@ -3,14 +3,10 @@ scaling efficiency against ranks, each rank's wait on data, the runs' table, the
 
 from __future__ import annotations
 
-import io
-
-from rich.console import Console
-
 from loaderdoctor.render.html.check import finding_box
-from loaderdoctor.render.html.page import data_table, document, esc, section, verdict_box
+from loaderdoctor.render.html.page import data_table, document, section, verdict_box
+from loaderdoctor.render.html.plan import plan_block
 from loaderdoctor.render.html.svg import Bar, Series, bar_chart, legend, line_chart
-from loaderdoctor.render.plan import plan_view
 from loaderdoctor.render.scale import rank_words
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport, ScaleRun
 from loaderdoctor.words import plural
@@ -49,16 +45,8 @@ def _loader(lr: ScaleLoaderReport) -> str:
     parts.append("<h3>Each rank's wait on data</h3>" + _wait_chart(lr))
     parts.append("<h3>Runs</h3>" + _table(lr.runs))
     if lr.plan is not None:
-        parts.append("<h3>DDP plan</h3>" + f"<pre>{esc(_plain_text(plan_view(lr.plan)))}</pre>")
+        parts.append(plan_block(lr.plan))
     return section(f"loader '{lr.name}'", parts, "loader")
-
-
-def _plain_text(renderable: object) -> str:
-    """A console renderable's words without colour, as the console shows them at 100 columns."""
-    console = Console(file=io.StringIO(), width=100, color_system=None, force_terminal=False)
-    with console.capture() as captured:
-        console.print(renderable)
-    return captured.get().rstrip()
 
 
 def _measured(runs: list[ScaleRun]) -> list[ScaleRun]:
