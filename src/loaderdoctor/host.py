@@ -8,6 +8,7 @@ import os
 import resource
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,16 +24,20 @@ OWN_THREAD_PREFIX = "loaderdoctor-"
 
 
 def thread_frames() -> dict[int, FrameType]:
-    """Each thread's current frame, by thread id: sys._current_frames() with the garbage collector paused. A
+    """Each other thread's current frame, by thread id: sys._current_frames() with the garbage collector paused. A
     collection started inside it may run a finalizer that releases the GIL while CPython holds its thread-list
-    lock, and deadlock with a thread that is exiting (CPython gh-106883, fixed after Python 3.11.7)."""
+    lock, and deadlock with a thread that is exiting (CPython gh-106883, fixed after Python 3.11.7). The calling
+    thread's own frame is left out: the caller's frame would hold the dict that holds that frame, a cycle that
+    keeps every frame below it (a tap's iterator, a loader and its persistent workers) for the collector."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return sys._current_frames()
+        frames = sys._current_frames()
     finally:
         if enabled:
             gc.enable()
+    frames.pop(threading.get_ident(), None)
+    return frames
 
 
 _WORKER_MARKERS = ("multiprocessing.spawn", "multiprocessing.forkserver", "spawn_main")

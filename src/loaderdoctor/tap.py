@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing.connection
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -248,8 +249,19 @@ class Tap:
         self.listeners = listeners
         self.start_method = start_method
         self.clock = clock
-        self.current: TapIterator | None = None
+        self._current: weakref.ref[TapIterator] | None = None
         self.waits = RecentWaits()  # the watchdog's yardstick; a guard hands the same one to each new tap
+
+    @property
+    def current(self) -> TapIterator | None:
+        """The epoch being iterated, while its iterator lives. Held weakly: a TapIterator holds its tap, and a
+        cycle would leave torch's iterator to the garbage collector, which ends persistent workers only after
+        torch's 5 s join timeout each (a plain loop ends them as soon as the loader is dropped)."""
+        return self._current() if self._current is not None else None
+
+    @current.setter
+    def current(self, iterator: TapIterator | None) -> None:
+        self._current = weakref.ref(iterator) if iterator is not None else None
 
     @property
     def slowest_wait_s(self) -> float:

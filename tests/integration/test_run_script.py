@@ -291,3 +291,21 @@ def test_a_lightning_script_is_watched_the_same_way(tmp_path):
     loader = json.loads((tmp_path / "out.json").read_text())["loaders"][f"fit.py:{_line(LIGHTNING, 'DataLoader(Slow')}"]
     assert loader["measurements"]["epochs"] == 2 and loader["measurements"]["batches"] == 32
     assert loader["findings"][0]["rule"] == "input-bound"  # 4 x 5 ms of loading, against a step of far less
+
+
+def test_a_rank_killed_outright_leaves_the_others_summary(tmp_path):
+    _write(tmp_path, "killed.py", """\
+        import os, signal, time
+        import torch
+        from torch.utils.data import DataLoader
+
+        for batch in DataLoader(torch.arange(40), batch_size=4):
+            time.sleep(0.01)
+        if os.environ["RANK"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)  # nothing of this rank's can be kept
+        """)  # fmt: skip
+    result = _run(["--no-history", "--nproc-per-node", "2", "killed.py"], tmp_path, timeout=180)
+
+    assert result.returncode == 128 + signal.SIGKILL, result.stderr
+    assert "loader 'killed.py:5/rank0'" in result.stderr and "killed.py:5/rank1" not in result.stderr
+    assert "ended by rank 1 failing" in result.stderr

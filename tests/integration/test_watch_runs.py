@@ -184,3 +184,27 @@ def test_bad_arguments_are_usage_errors_in_the_users_words():
     unnamed = watch(loader, history=False)
     assert unnamed.name.startswith("test_watch_runs.py:")
     unnamed.close()
+
+
+def test_a_watched_loader_dropped_ends_its_persistent_workers_at_once_as_a_plain_one_does():
+    # Nothing of the watch may hold the loader in a reference cycle: the garbage collector would end its
+    # persistent workers only after torch's 5 s join timeout for each of them (the plain loop: at once).
+    import psutil
+
+    def train() -> list[int]:
+        loader = DataLoader(torch.arange(64), batch_size=4, num_workers=2, persistent_workers=True)
+        watched = watch(loader, "dropped", history=False)
+        for _ in range(2):
+            for _batch in watched:
+                pass
+        pids = [w.pid for w in loader._iterator._workers]
+        watched.close()
+        return pids
+
+    gc.collect()
+    gc.disable()
+    try:
+        pids = train()
+        assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    finally:
+        gc.enable()

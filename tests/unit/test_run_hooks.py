@@ -108,3 +108,19 @@ def test_rank_straggler_joins_the_straggling_ranks_loader_only_and_the_plan_rank
     plan = plans.pop("train.py:9/rank0")
     assert plan is not None and (plan.world_size, plan.samples_per_rank, plan.repeated_samples) == (2, 241, 1)
     assert set(plans.values()) == {None}  # once per loader; none without a DistributedSampler (val)
+
+
+def test_loaderdoctors_own_failure_leaves_the_loader_running_unwatched(monkeypatch, caplog):
+    every = EveryLoader(history=False)
+
+    def broken(loader, name):
+        raise RuntimeError("a bug of loaderdoctor's")
+
+    monkeypatch.setattr(every, "_make_watch", broken)
+    every.install()
+    try:
+        assert [len(b) for b in DataLoader(torch.arange(10), batch_size=4)] == [4, 4, 2]
+    finally:
+        runs = every.close()
+    assert runs == []
+    assert "is not watched: RuntimeError: a bug of loaderdoctor's" in caplog.text

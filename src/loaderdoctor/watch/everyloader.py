@@ -25,8 +25,9 @@ from typing import Any
 
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
-from loaderdoctor.guard import guard
+from loaderdoctor.guard import GuardedLoader, guard
 from loaderdoctor.report import LoaderReport
+from loaderdoctor.tap import shutdown
 from loaderdoctor.usercode import code_owner, is_own_file
 from loaderdoctor.watch.watched import WatchedLoader
 
@@ -179,6 +180,7 @@ class EveryLoader:
             report = watched.close()
             if report is not None:
                 runs.append(LoaderRun(report, watched.started_at, watched.snapshot.to_dict()))
+            _end_workers(watched.loader)
         # The loaders go when the script drops them (and their persistent workers with them), as unwatched.
         self.watches, self._watched = [], {}
         self._sites = weakref.WeakKeyDictionary()
@@ -200,6 +202,18 @@ class LoaderRun:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoaderRun:
         return cls(LoaderReport.from_dict(data["name"], data["report"]), data["started_at"], data["host"])
+
+
+def _end_workers(loader: Any) -> None:
+    """End a loader's workers now that the script is done with it, persistent ones included: left to the garbage
+    collector (the watch and its loader hold each other), torch would wait 5 s for each worker to end."""
+    try:
+        if isinstance(loader, GuardedLoader):
+            loader.close()
+        else:
+            shutdown(loader, getattr(loader, "_iterator", None))
+    except Exception as error:  # the script is over: its workers end with this process anyway
+        log.debug("loaderdoctor run: ending a loader's workers failed: %s", error)
 
 
 def own_process_is_rank() -> int | None:

@@ -116,7 +116,8 @@ class WatchRun:
             sampler_epoch=lambda: sampler_epoch(user_loader),
             is_death=lambda error: is_worker_death(error, torch_iterator()),
         )
-        self.sampler = self.recorder.worker_sampler(lambda: self.recorder.worker_pids)
+        recorder = self.recorder  # not self: a run and its sampler holding each other would keep the loader
+        self.sampler = recorder.worker_sampler(lambda: recorder.worker_pids)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name=OWN_THREAD_PREFIX + "watch", daemon=True)
         self._lock = threading.Lock()
@@ -125,6 +126,7 @@ class WatchRun:
         self.closed = False
         self.report: LoaderReport | None = None
         self.failed = False  # the recording broke: the loop goes on, unwatched
+        self.listeners: list[Callable[[Event], None]] = []  # the tap's or the guard's, which on_event is in
 
     def start(self) -> None:
         """At the first iter(): the sampler and the progress lines begin."""
@@ -225,9 +227,8 @@ class WatchRun:
         if self._ticker.is_alive() and self._ticker is not threading.current_thread():
             self._ticker.join()
         self.sampler.stop()
-        if self.guarded is not None:
-            with contextlib.suppress(ValueError):
-                self.guarded.listeners.remove(self.on_event)
+        with contextlib.suppress(ValueError):
+            self.listeners.remove(self.on_event)  # the tap (or guard) and this run held each other: now apart
         if self.failed or not self.running:
             return None
         try:
@@ -321,10 +322,8 @@ class WatchedLoader:
             torch_iterator=inner,
             log_diagnosis=log_diagnosis,
         )
-        if self._tap is not None:
-            self._tap.listeners.append(self._run.on_event)
-        elif guarded is not None:
-            guarded.listeners.append(self._run.on_event)
+        self._run.listeners = self._tap.listeners if self._tap is not None else guarded.listeners  # type: ignore[union-attr]
+        self._run.listeners.append(self._run.on_event)
         self._finalizer = weakref.finalize(self, self._run.close)
 
     def __iter__(self) -> Iterator[Any]:
