@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -38,7 +39,7 @@ _RANK_SUFFIX = re.compile(r"^(?P<base>.*)/rank(?P<rank>\d+)$")
 
 
 def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> ScriptRun:
-    """Run `script` in `topology.ranks` ranks on this node; its exit status (the first failed rank's, else 0) and
+    """Run `script` in `topology.ranks` ranks on this node; its exit status (the rank that failed first's, else 0) and
     the loaders of this node's ranks, with rank-straggler added to the straggling rank's loader."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -77,7 +78,7 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
     try:
         elastic_launch(config, sys.executable)("-m", "loaderdoctor.watch.ranks", *script.argv())
     except ChildFailedError as error:
-        failed_rank, first = min(error.failures.items())
+        failed_rank, first = _first_failure(error.failures)
         status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
         ended_by = f"rank {failed_rank} failing"
     finally:
@@ -91,6 +92,13 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
         loaders, hosts = _written(work)
         shutil.rmtree(work, ignore_errors=True)
     return ScriptRun(status, joined(loaders, hosts, topology.world_size), ended_by)
+
+
+def _first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """The rank that failed first, and its failure: the launcher ends the others with SIGTERM when one fails,
+    and its timestamps are whole seconds, so a rank ended by SIGTERM comes after one that failed otherwise."""
+    ended = (-signal.SIGTERM, 128 + signal.SIGTERM)
+    return min(failures.items(), key=lambda item: (item[1].timestamp, item[1].exitcode in ended, item[0]))
 
 
 def _written(work: Path) -> tuple[list[LoaderRun], dict[int, str]]:
