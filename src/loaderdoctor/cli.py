@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 from rich.console import Console
@@ -46,9 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     out = Console(highlight=False, file=None if sys.stdout.isatty() else _TrimmedLines(sys.stdout))
     err = Console(stderr=True, highlight=False, file=None if sys.stderr.isatty() else _TrimmedLines(sys.stderr))
+    restore_logging = None
     try:
         args = _parse(argv)
-        _log_to_stderr(args)
+        restore_logging = _log_to_stderr(args)
         return COMMANDS[args.command].run(args, out, err)
     except LoaderDoctorError as error:
         # soft_wrap: a path or a file:line in a message must not be broken by an inserted newline
@@ -62,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    finally:
+        if restore_logging is not None:
+            restore_logging()
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -76,20 +81,29 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _log_to_stderr(args: argparse.Namespace) -> None:
+def _log_to_stderr(args: argparse.Namespace) -> Callable[[], None] | None:
     """loaderdoctor's log on stderr (INFO with -v). `run` leaves the root logger to the script it runs (whose
-    logging.basicConfig() must still work) and gives the loaderdoctor logger a handler of its own."""
+    logging.basicConfig() must still work) and gives the loaderdoctor logger a handler of its own, taken away
+    again by the callable returned."""
     level = logging.INFO if args.verbose else logging.WARNING
     form = "loaderdoctor: %(levelname)s: %(message)s"
     if args.command != "run":
         logging.basicConfig(level=level, format=form)
-        return
+        return None
     own = logging.getLogger("loaderdoctor")
+    before = own.level, own.propagate
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(form))
     own.addHandler(handler)
     own.setLevel(level)
     own.propagate = False
+
+    def restore() -> None:
+        own.removeHandler(handler)
+        own.setLevel(before[0])
+        own.propagate = before[1]
+
+    return restore
 
 
 class _TrimmedLines:

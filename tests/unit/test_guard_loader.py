@@ -270,6 +270,9 @@ def test_a_workers_death_is_known_from_its_process_not_from_words():
         assert exited_workers(iterator) == []
         assert not is_worker_death(RuntimeError("DataLoader worker (pid 9) is killed by signal: Killed."), iterator)
         (pid,) = [w.pid for w in iterator._workers]
+        # Killed while it holds a lock of the iterator's (its done event's, read after each task), the worker
+        # would leave _shutdown_workers() waiting for ever: kill it once its prefetched tasks are done.
+        time.sleep(0.5)
         os.kill(pid, signal.SIGKILL)
         try:
             exited = exited_workers(iterator, grace_s=10.0)

@@ -124,3 +124,11 @@ def test_loaderdoctors_own_failure_leaves_the_loader_running_unwatched(monkeypat
         runs = every.close()
     assert runs == []
     assert "is not watched: RuntimeError: a bug of loaderdoctor's" in caplog.text
+
+
+def test_a_missing_script_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from loaderdoctor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "nowhere.py", "--guard"]) == 2
+    assert "no such script: nowhere.py" in capsys.readouterr().err
