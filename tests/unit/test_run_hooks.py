@@ -36,7 +36,7 @@ def _line() -> int:
 
 
 def test_loaders_are_watched_by_where_they_were_made_and_torch_is_restored_after():
-    every = EveryLoader(history=False)
+    every = EveryLoader()
     original = TorchDataLoader.__init__, TorchDataLoader.__iter__
     before = DataLoader(torch.arange(8), batch_size=2)  # made before: left alone
     every.install()
@@ -53,7 +53,7 @@ def test_loaders_are_watched_by_where_they_were_made_and_torch_is_restored_after
 
 
 def test_a_loader_the_script_watches_itself_is_left_to_that_watch():
-    every = EveryLoader(history=False)
+    every = EveryLoader()
     every.install()
     try:
         own = watch(DataLoader(torch.arange(8), batch_size=2), "the-scripts-own", history=False)
@@ -65,7 +65,7 @@ def test_a_loader_the_script_watches_itself_is_left_to_that_watch():
 
 
 def test_loaders_made_again_and_again_at_one_place_are_counted_and_bounded():
-    every = EveryLoader(name="job", rank=1, history=False)
+    every = EveryLoader(name="job", rank=1)
     every.install()
     try:
         for _ in range(MAX_PER_SITE + 2):
@@ -100,7 +100,8 @@ def test_rank_straggler_joins_the_straggling_ranks_loader_only_and_the_plan_rank
         _rank("val.py:3/rank0", 0.004, 0.020),
         _rank("val.py:3/rank1", 0.005, 0.020),
     ]
-    joined_ranks = joined(ranks, {0: "a", 1: "b"}, 2)
+    by_rank = {0: [ranks[0], ranks[2]], 1: [ranks[1], ranks[3]]}
+    joined_ranks = joined(by_rank, {0: "a", 1: "b"}, 2)
     rules = {run.report.name: [f.rule for f in run.report.findings] for run in joined_ranks}
     assert rules == {"train.py:9/rank0": [], "train.py:9/rank1": ["rank-straggler"], "val.py:3/rank0": [],
                      "val.py:3/rank1": []}  # fmt: skip
@@ -111,7 +112,7 @@ def test_rank_straggler_joins_the_straggling_ranks_loader_only_and_the_plan_rank
 
 
 def test_loaderdoctors_own_failure_leaves_the_loader_running_unwatched(monkeypatch, caplog):
-    every = EveryLoader(history=False)
+    every = EveryLoader()
 
     def broken(loader, name):
         raise RuntimeError("a bug of loaderdoctor's")
@@ -132,3 +133,18 @@ def test_a_missing_script_is_a_usage_error(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "nowhere.py", "--guard"]) == 2
     assert "no such script: nowhere.py" in capsys.readouterr().err
+
+
+def test_a_loader_the_guard_cannot_resume_is_watched_unguarded(caplog):
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(6))
+
+    every = EveryLoader(guarded=True)
+    every.install()
+    try:
+        assert [len(b) for b in DataLoader(Stream(), batch_size=4)] == [4, 2]
+    finally:
+        runs = every.close()
+    assert len(runs) == 1 and runs[0].report.recording.epochs[0].batches == 2
+    assert "is watched, not guarded" in caplog.text

@@ -6,6 +6,7 @@ at its end a summary on stderr (the script's own output untouched), the runs kep
 from __future__ import annotations
 
 import argparse
+import functools
 import warnings
 from pathlib import Path
 
@@ -14,23 +15,17 @@ from rich.console import Console
 from loaderdoctor.commands.arguments import add_history_arg, count
 from loaderdoctor.commands.showing import as_saved, html_file, render_console
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
-from loaderdoctor.history.keep import keep_run
-from loaderdoctor.history.records import now_iso, run_record
+from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.report import Report
-from loaderdoctor.rules import order
 from loaderdoctor.scale.job import Topology
-from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
+from loaderdoctor.watch.everyloader import EveryLoader
 from loaderdoctor.watch.ranks import run_ranks
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
 
 NAME = "run"
 SCHEMA = None  # --json names a file: stdout is the script's
-
-# run's own options that take a value, and those that do not: the first word that is neither is the script.
-_VALUED = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--name", "--json", "--html")
-_FLAGS = ("--guard", "--no-history", "-h", "--help")
 
 
 def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -67,18 +62,26 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """run's own words, and the script's (from SCRIPT, or from -m MODULE, on): what follows the script is its
     own, even when it looks like one of run's options."""
+    takes_value = _own_options()
     index = 0
     while index < len(argv):
         word = argv[index]
         if word == "-m":
             return argv[: index + 2], argv[index + 2 :]
-        if word in _VALUED:
-            index += 2
-        elif word in _FLAGS or (word.startswith("--") and word.split("=", 1)[0] in _VALUED):
-            index += 1
-        else:
+        option = word.split("=", 1)[0] if word.startswith("--") else word
+        if option not in takes_value:
             return argv[:index], argv[index:]
+        index += 2 if takes_value[option] and "=" not in word else 1
     return argv, []
+
+
+@functools.cache
+def _own_options() -> dict[str, bool]:
+    """run's option strings (from its parser), each with whether it takes a value."""
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    prepare_parser(subparsers)
+    parser = subparsers.choices[NAME]
+    return {option: action.nargs != 0 for action in parser._actions for option in action.option_strings}
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -111,7 +114,7 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
     """The summary on stderr, the runs kept in the history, the --json and --html files."""
     if not args.no_history:
         for loader in result.loaders:
-            _keep(loader, script)
+            keep_loader_run(NAME, loader.report, loader.started_at, loader.host, script.words())
     report = as_saved(Report(script.words(), {run.report.name: run.report for run in result.loaders}, NAME))
     err.print()
     if not report.loaders:
@@ -127,12 +130,3 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
     if args.html is not None:
         html.write_page(html.report_page(report), args.html)
         err.print(f"HTML report written to {args.html}", highlight=False, markup=False)
-
-
-def _keep(loader: LoaderRun, script: Script) -> None:
-    """Keep one loader's run in the history; run-degradation, when found, joins its findings."""
-    report = loader.report
-    record = run_record(NAME, report.name, report, loader.started_at, now_iso(), loader.host, script.words())
-    degraded = keep_run(record)
-    if degraded is not None:
-        report.findings = order([*report.findings, degraded])

@@ -1,14 +1,17 @@
-"""keep_run(): a finished run compared with the earlier runs of its name (run-degradation), then saved."""
+"""keep_run(): a finished run compared with the earlier runs of its name (run-degradation), then saved;
+keep_loader_run(): the same for one loader's report, the finding added to the report."""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.history.records import RunRecord
+from loaderdoctor.history.records import RunRecord, now_iso, run_record
 from loaderdoctor.history.store import HistoryWarning, history_path, load_runs, save_run
-from loaderdoctor.report import SEVERITIES, Finding
+from loaderdoctor.report import SEVERITIES, Finding, LoaderReport
+from loaderdoctor.rules import order
 from loaderdoctor.rules.degradation import run_degradation
 
 # Earlier runs of the same name read for the comparison (the rule takes the latest comparable ones of them).
@@ -36,3 +39,13 @@ def keep_run(run: RunRecord, path: Path | None = None) -> Finding | None:
         )
     save_run(run, path)
     return finding
+
+
+def keep_loader_run(
+    kind: str, report: LoaderReport, started_at: str, host: dict[str, Any], target: str | None = None
+) -> None:
+    """Keep one loader's run (a watch's, a script's) under its report's name; run-degradation, when found, joins
+    the report's findings."""
+    degraded = keep_run(run_record(kind, report.name, report, started_at, now_iso(), host, target))
+    if degraded is not None:
+        report.findings = order([*report.findings, degraded])

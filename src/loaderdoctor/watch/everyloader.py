@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import functools
 import logging
-import os
 import sys
 import threading
 import weakref
@@ -25,6 +24,7 @@ from typing import Any
 
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
+from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import GuardedLoader, guard
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.tap import shutdown
@@ -65,16 +65,13 @@ class EveryLoader:
     `name` goes before each loader's name, and `rank` (a distributed run's) after it ("train.py:41/rank1");
     `guarded` guards every loader."""
 
-    def __init__(
-        self, *, name: str | None = None, rank: int | None = None, guarded: bool = False, history: bool = False
-    ) -> None:
+    def __init__(self, *, name: str | None = None, rank: int | None = None, guarded: bool = False) -> None:
         self.name = name
         self.rank = rank
         self.guarded = guarded
-        self.history = history
         self.watches: list[WatchedLoader] = []
         self._sites: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-        self._watched: dict[int, WatchedLoader] = {}  # id(loader) -> its watch (the watch keeps the loader alive)
+        self._watched: dict[Any, WatchedLoader] = {}  # loader -> its watch (which keeps the loader until close())
         self._per_site: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self._original_init: Callable[..., None] | None = None
@@ -133,8 +130,8 @@ class EveryLoader:
 
     def _watch_of(self, loader: Any) -> WatchedLoader | None:
         """The watch of `loader`, made at its first iter(); None for loaders left alone."""
-        watched = self._watched.get(id(loader))
-        if watched is not None and (watched.loader is loader or getattr(watched.loader, "loader", None) is loader):
+        watched = self._watched.get(loader)
+        if watched is not None:
             return watched
         site = self._sites.get(loader)
         if site is None:
@@ -159,17 +156,22 @@ class EveryLoader:
                 log.warning("loaderdoctor run: %s is not watched: %s: %s", name, type(error).__name__, error)
                 del self._sites[loader]
                 return None
-            self._watched[id(loader)] = watched
+            self._watched[loader] = watched
             self.watches.append(watched)
             return watched
 
     def _make_watch(self, loader: Any, name: str) -> WatchedLoader:
+        """The watch of `loader` (the history is kept by the command, with what the ranks add)."""
         original_iter = self._original_iter
         assert original_iter is not None
         if self.guarded:
-            guarded = guard(loader, persistent_workers=loader.persistent_workers)
-            return WatchedLoader(guarded, name, history=self.history, log_diagnosis=False)
-        return WatchedLoader(loader, name, history=self.history, open_iterator=original_iter, log_diagnosis=False)
+            try:
+                guarded = guard(loader, persistent_workers=loader.persistent_workers)
+            except UsageError as error:  # a stream the guard cannot resume: watched as it is, said so
+                log.warning("loaderdoctor run: %s is watched, not guarded: %s", name, error.message)
+            else:
+                return WatchedLoader(guarded, name, history=False, log_diagnosis=False)
+        return WatchedLoader(loader, name, history=False, open_iterator=original_iter, log_diagnosis=False)
 
     def close(self) -> list[LoaderRun]:
         """End every watch: the runs of the loaders that delivered batches, in the order they were first
@@ -214,12 +216,3 @@ def _end_workers(loader: Any) -> None:
             shutdown(loader, getattr(loader, "_iterator", None))
     except Exception as error:  # the script is over: its workers end with this process anyway
         log.debug("loaderdoctor run: ending a loader's workers failed: %s", error)
-
-
-def own_process_is_rank() -> int | None:
-    """This process's rank when a launcher started it as one rank of several (RANK and WORLD_SIZE set)."""
-    try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        return int(os.environ["RANK"]) if world > 1 else None
-    except (KeyError, ValueError):
-        return None

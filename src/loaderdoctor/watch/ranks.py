@@ -9,7 +9,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -19,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoctor.recording import Recording
-from loaderdoctor.report import Finding
 from loaderdoctor.rules import order
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts
 from loaderdoctor.scale.launch import free_port
 from loaderdoctor.scale.plan import DdpPlan, ddp_plan
-from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun, own_process_is_rank
+from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
 
 # What the ranks read from their environment: where to write, and whether to guard.
@@ -35,7 +33,6 @@ NAME_ENV = "LOADERDOCTOR_RUN_NAME"
 # After a rank fails, how long the others get to end on SIGTERM (and write what they measured) before SIGKILL.
 SHUTDOWN_TIMEOUT_S = 30
 RENDEZVOUS_TIMEOUT_S = 900
-_RANK_SUFFIX = re.compile(r"^(?P<base>.*)/rank(?P<rank>\d+)$")
 
 
 def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> ScriptRun:
@@ -68,9 +65,9 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
     environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or ""}
     if topology.ranks > 1:
         environ.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # as torchrun sets it
-    saved = {name: os.environ.get(name) for name in environ}
+    saved = {variable: os.environ.get(variable) for variable in environ}
     os.environ.update(environ)
-    quiet = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.distributed.launcher")]
+    quiet = [logging.getLogger(logger) for logger in ("torch.distributed.elastic", "torch.distributed.launcher")]
     levels = [logger.level for logger in quiet]
     for logger in quiet:
         logger.setLevel(logging.ERROR)  # the launcher's own chatter; a rank's failure comes back as its status
@@ -84,11 +81,11 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
     finally:
         for logger, level in zip(quiet, levels, strict=True):
             logger.setLevel(level)
-        for name, value in saved.items():
+        for variable, value in saved.items():
             if value is None:
-                os.environ.pop(name, None)
+                os.environ.pop(variable, None)
             else:
-                os.environ[name] = value
+                os.environ[variable] = value
         loaders, hosts = _written(work)
         shutil.rmtree(work, ignore_errors=True)
     return ScriptRun(status, joined(loaders, hosts, topology.world_size), ended_by)
@@ -101,28 +98,28 @@ def _first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
     return min(failures.items(), key=lambda item: (item[1].timestamp, item[1].exitcode in ended, item[0]))
 
 
-def _written(work: Path) -> tuple[list[LoaderRun], dict[int, str]]:
-    """What the ranks wrote, in rank order, and each rank's host."""
-    loaders: list[LoaderRun] = []
+def _written(work: Path) -> tuple[dict[int, list[LoaderRun]], dict[int, str]]:
+    """What each rank wrote (its loaders), and each rank's host."""
+    loaders: dict[int, list[LoaderRun]] = {}
     hosts: dict[int, str] = {}
-    for path in sorted(work.glob("rank*.json"), key=lambda p: int(p.stem[4:])):
+    for path in work.glob("rank*.json"):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             data = json.loads(path.read_text())
-            hosts[int(data["rank"])] = str(data["host"])
-            loaders.extend(LoaderRun.from_dict(item) for item in data["loaders"])
+            rank = int(data["rank"])
+            loaders[rank] = [LoaderRun.from_dict(item) for item in data["loaders"]]
+            hosts[rank] = str(data["host"])
     return loaders, hosts
 
 
-def joined(loaders: list[LoaderRun], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
-    """The ranks' loaders with, for each loader made at one place in every rank ("train.py:41/rank0",
-    "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there is one, and the
-    DDP plan on the lowest rank's loader when it draws from a DistributedSampler."""
-    by_base: dict[str, dict[int, LoaderRun]] = {}
-    for run in loaders:
-        match = _RANK_SUFFIX.match(run.report.name)
-        if match:
-            by_base.setdefault(match["base"], {})[int(match["rank"])] = run
-    for ranks in by_base.values():
+def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
+    """Each rank's loaders, in rank order, with, for each loader made at one place in every rank
+    ("train.py:41/rank0", "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there
+    is one, and the DDP plan on the lowest rank's loader when it draws from a DistributedSampler."""
+    by_site: dict[str, dict[int, LoaderRun]] = {}
+    for rank, runs in sorted(loaders.items()):
+        for run in runs:
+            by_site.setdefault(run.report.name.removesuffix(f"/rank{rank}"), {})[rank] = run
+    for ranks in by_site.values():
         finding = rank_straggler(
             {rank: run.report.recording for rank, run in ranks.items()},
             hosts,
@@ -133,7 +130,7 @@ def joined(loaders: list[LoaderRun], hosts: dict[int, str], world_size: int) -> 
             slow.findings = order([*slow.findings, finding])
         first = ranks[min(ranks)].report
         first.plan = _plan(first.recording, world_size)
-    return loaders
+    return [run for _, runs in sorted(loaders.items()) for run in runs]
 
 
 def _plan(rec: Recording, world_size: int) -> DdpPlan | None:
@@ -150,16 +147,14 @@ def _rank_main(argv: list[str]) -> int:
     module = bool(argv) and argv[0] == "-m"
     rest = argv[1:] if module else argv
     script = Script(rest[0], tuple(rest[1:]), module=module)
-    every = EveryLoader(
-        name=os.environ.get(NAME_ENV) or None, rank=own_process_is_rank(), guarded=bool(os.environ.get(GUARD_ENV))
-    )
+    rank = int(os.environ["RANK"])  # the launcher's; run_ranks launches only for a world of 2 ranks or more
+    every = EveryLoader(name=os.environ.get(NAME_ENV) or None, rank=rank, guarded=bool(os.environ.get(GUARD_ENV)))
     run = run_script(script, every)
-    out = Path(os.environ[RUN_DIR_ENV]) / f"rank{os.environ.get('RANK', '0')}.json"
+    out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
     written: dict[str, Any] = {
-        "rank": int(os.environ.get("RANK", "0")),
+        "rank": rank,
         "host": socket.gethostname(),
-        "exit_status": run.exit_status,
-        "loaders": [loader.to_dict() for loader in run.loaders],
+        "loaders": [r.to_dict() for r in run.loaders],
     }
     try:
         tmp = out.with_suffix(".tmp")
@@ -168,11 +163,6 @@ def _rank_main(argv: list[str]) -> int:
     except (OSError, ValueError) as error:
         print(f"loaderdoctor run: rank {written['rank']} could not write what it measured: {error}", file=sys.stderr)
     return run.exit_status
-
-
-def straggler_findings(loaders: list[LoaderRun]) -> list[Finding]:
-    """The rank-straggler findings among `loaders`."""
-    return [f for run in loaders for f in run.report.findings if f.rule == "rank-straggler"]
 
 
 if __name__ == "__main__":

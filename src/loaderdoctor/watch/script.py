@@ -64,7 +64,8 @@ class ScriptRun:
 
 def run_script(script: Script, every: EveryLoader) -> ScriptRun:
     """Run `script` here with `every`'s hooks installed (and SIGTERM made an exit, so that a killed script still
-    leaves its summary); then end every watch. sys.argv, sys.path[0] and __main__ are restored afterwards."""
+    leaves its summary); then end every watch (which uninstalls the hooks). sys.argv, sys.path[0] and __main__
+    are restored."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     ended_by: str | None = None
     term = TemporaryHandler(signal.SIGTERM, _exit_on_term)
@@ -81,7 +82,6 @@ def run_script(script: Script, every: EveryLoader) -> ScriptRun:
         _print_exception(*sys.exc_info())
         status, ended_by = 1, "an exception"
     finally:
-        every.uninstall()
         term.uninstall()
         sys.argv[:] = saved_argv
         if saved_path0 is not None:
@@ -91,15 +91,15 @@ def run_script(script: Script, every: EveryLoader) -> ScriptRun:
 
 def _run(script: Script) -> int:
     """The script's exit status when it returns or calls exit(); exceptions pass."""
+    sys.argv[:] = [script.program, *script.args]  # run_module puts the module's file in argv[0]
     try:
         if script.module:
-            sys.argv[:] = [script.program, *script.args]  # run_module puts the module's file in argv[0]
             sys.path[0] = os.getcwd()
             runpy.run_module(script.program, run_name="__main__", alter_sys=True)
         else:
-            sys.argv[:] = [script.program, *script.args]
-            sys.path[0] = str(Path(script.program).resolve().parent)
-            runpy.run_path(script.program, run_name="__main__")
+            path = os.path.abspath(script.program)  # as python names the script in __file__ and tracebacks
+            sys.path[0] = os.path.dirname(os.path.realpath(path))
+            runpy.run_path(path, run_name="__main__")
     except SystemExit as exit_:
         return _exit_status(exit_.code)
     return 0
@@ -132,7 +132,11 @@ def _print_exception(kind: type[BaseException] | None, error: BaseException | No
     """As Python prints an uncaught exception: from the script's first frame (runpy's and ours left out)."""
     if error is None:
         return
-    while tb is not None and (is_own_file(tb.tb_frame.f_code.co_filename) or
-                              tb.tb_frame.f_code.co_filename == runpy.__file__):  # fmt: skip
+    while tb is not None and _not_the_scripts(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     traceback.print_exception(kind, error, tb, file=sys.stderr)
+
+
+def _not_the_scripts(filename: str) -> bool:
+    """A frame of loaderdoctor's or of runpy's (frozen into Python 3.11: "<frozen runpy>") above the script's."""
+    return filename in ("<frozen runpy>", runpy.__file__) or is_own_file(filename)

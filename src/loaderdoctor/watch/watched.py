@@ -17,13 +17,13 @@ from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.guard.loader import GuardedLoader
-from loaderdoctor.history.keep import keep_run
-from loaderdoctor.history.records import now_iso, run_record
+from loaderdoctor.history.keep import keep_loader_run
+from loaderdoctor.history.records import now_iso
 from loaderdoctor.host import OWN_THREAD_PREFIX
 from loaderdoctor.limit import limit_words
 from loaderdoctor.recording import Recording, delivered_batches, training_rate
 from loaderdoctor.report import LoaderReport
-from loaderdoctor.rules import diagnose, order
+from loaderdoctor.rules import diagnose
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.snapshot import HostSnapshot, take_snapshot
 from loaderdoctor.tap import EpochEnded, Event, Tap, is_worker_death
@@ -88,7 +88,7 @@ class WatchRun:
     def __init__(
         self,
         name: str,
-        guarded: GuardedLoader | None,
+        listeners: list[Callable[[Event], None]],
         user_loader: DataLoader,
         settings: Callable[[], Settings],
         *,
@@ -102,7 +102,7 @@ class WatchRun:
     ) -> None:
         self.name = name
         self.log_diagnosis = log_diagnosis
-        self.guarded = guarded
+        self.listeners = listeners  # the tap's or the guard's: on_event joins them, and leaves them at close()
         self.settings = settings
         self.epochs = epochs
         self.cost_per_hour = cost_per_hour
@@ -126,7 +126,6 @@ class WatchRun:
         self.closed = False
         self.report: LoaderReport | None = None
         self.failed = False  # the recording broke: the loop goes on, unwatched
-        self.listeners: list[Callable[[Event], None]] = []  # the tap's or the guard's, which on_event is in
 
     def start(self) -> None:
         """At the first iter(): the sampler and the progress lines begin."""
@@ -256,10 +255,7 @@ def finish_run(
     logged (with `log_it`: the Lightning callback prints its report instead). The report."""
     report = LoaderReport(name, rec, diagnose(rec))
     if history:
-        run = run_record(kind, name, report, started_at, now_iso(), snapshot.to_dict())
-        degraded = keep_run(run)
-        if degraded is not None:
-            report.findings = order([*report.findings, degraded])
+        keep_loader_run(kind, report, started_at, snapshot.to_dict())
     if log_it:
         _log_diagnosis(kind, report)
     return report
@@ -311,7 +307,7 @@ class WatchedLoader:
             inner = tap.torch_iterator
         self._run = WatchRun(
             name,
-            guarded,
+            self._tap.listeners if self._tap is not None else guarded.listeners,  # type: ignore[union-attr]
             user_loader,
             settings,
             epochs=epochs,
@@ -322,7 +318,6 @@ class WatchedLoader:
             torch_iterator=inner,
             log_diagnosis=log_diagnosis,
         )
-        self._run.listeners = self._tap.listeners if self._tap is not None else guarded.listeners  # type: ignore[union-attr]
         self._run.listeners.append(self._run.on_event)
         self._finalizer = weakref.finalize(self, self._run.close)
 
