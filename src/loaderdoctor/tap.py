@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader
 
 from loaderdoctor.forksafety import iterator_facts
@@ -131,10 +132,26 @@ def exited_workers(iterator: Any, grace_s: float = 0.0) -> list[int]:
     return [w.pid for w in workers if w.sentinel in ended]
 
 
+# Where torch re-raises, in the main process, an exception the dataset (or collate_fn) raised in a worker.
+_RERAISE = ExceptionWrapper.reraise.__code__
+
+
+def raised_in_worker(error: BaseException) -> bool:
+    """Whether `error` is the dataset's (or collate_fn's) own, raised in a worker and re-raised by torch: told by
+    where it was raised (torch's ExceptionWrapper.reraise), not by its words."""
+    traceback = error.__traceback__
+    if traceback is None:
+        return False
+    while traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return traceback.tb_frame.f_code is _RERAISE
+
+
 def is_worker_death(error: BaseException, iterator: Any) -> bool:
-    """Whether `error` is torch's report of a worker of `iterator` that died: a RuntimeError (what torch raises
-    for a death, from next() or from its SIGCHLD handler wherever the main thread is) while one has ended."""
-    return isinstance(error, RuntimeError) and bool(exited_workers(iterator))
+    """Whether `error` comes of a worker of `iterator` that died: torch's RuntimeError (from next(), or from its
+    SIGCHLD handler wherever the main thread is) or what the death broke (a reset connection, an EOFError), while
+    one has ended; never an error the dataset raised in a worker."""
+    return not raised_in_worker(error) and bool(exited_workers(iterator))
 
 
 def shutdown(loader: DataLoader, iterator: Any) -> None:

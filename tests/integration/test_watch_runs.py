@@ -4,6 +4,7 @@ that raises, a guarded loader, and a DistributedSampler whose set_epoch() is nev
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 import textwrap
@@ -208,3 +209,45 @@ def test_a_watched_loader_dropped_ends_its_persistent_workers_at_once_as_a_plain
         assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     finally:
         gc.enable()
+
+
+class DiesOnce(Dataset):
+    """The worker that loads sample 9 the first time (a flag file says so) ends without a word."""
+
+    def __init__(self, flag: Path) -> None:
+        self.flag = flag
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, index: int) -> int:
+        if index == 9 and not self.flag.exists():
+            self.flag.touch()
+            os._exit(1)
+        return index
+
+
+def test_a_worker_death_raised_inside_the_watch_goes_to_the_guard_and_the_recording_goes_on(tmp_path):
+    # torch's SIGCHLD handler raises a death wherever the main thread is: here, inside the watch's listener, which
+    # sleeps at the first batch while the worker dies loading batch 2. The guard must get it, and the watch record on.
+    loader = loaderdoctor.DataLoader(DiesOnce(tmp_path / "died"), batch_size=4, num_workers=1)
+    watched = watch(loader, "dies", history=False)
+    run = watched._run
+    recorded = run.recorder.on_event
+    slept = []
+
+    def slow_listener(event):
+        if not slept and type(event).__name__ == "BatchDelivered":
+            slept.append(True)
+            time.sleep(2.0)  # ended early by the handler's error
+        recorded(event)
+
+    run.recorder.on_event = slow_listener
+    with loader:
+        samples = [int(i) for batch in watched for i in batch]
+        report = watched.close()
+    assert sorted(samples) == list(range(32))
+    assert report is not None and not run.failed
+    assert report.recording.outcome == "completed"
+    assert len(report.recording.worker_deaths) == 1
+    assert sum(e.batches for e in report.recording.epochs) == 8

@@ -15,9 +15,9 @@ from loaderdoctor.guard.recovery import (
     classify,
     death_cause,
     is_users_timeout,
-    raised_in_worker,
 )
 from loaderdoctor.settings import Settings
+from loaderdoctor.tap import raised_in_worker
 
 
 def _facts(**changes) -> FailureFacts:

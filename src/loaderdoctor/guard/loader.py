@@ -130,6 +130,11 @@ class GuardedLoader(FailureHandling, Checkpoints):
     def __len__(self) -> int:
         return len(self.loader)
 
+    def torch_iterator(self) -> Any:
+        """torch's iterator the guard reads from now (None before the first and after close)."""
+        inner = self._inner
+        return inner.torch_iterator() if inner is not None else None
+
     def __iter__(self) -> Iterator[Any]:
         self._end_epoch()
         if self._loader_changed:

@@ -6,18 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torch._utils import ExceptionWrapper
-
 from loaderdoctor.guard.children import GuardInterrupt
 from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.settings import Settings
+from loaderdoctor.tap import raised_in_worker
 
 STALL, DIED = "stall", "worker-died"
 USERS_TIMEOUT = "users-timeout"  # torch's error for the user's own DataLoader(timeout=...): theirs, batch not spent
 ASK_WORKERS = "ask-workers"  # not known yet: a worker's death shows so too, if one ends within a short grace
-
-# Where torch re-raises, in the main process, an exception the dataset (or collate_fn) raised in a worker.
-_RERAISE = ExceptionWrapper.reraise.__code__
 
 
 @dataclass(frozen=True)
@@ -30,17 +26,6 @@ class FailureFacts:
     users_timeout_s: float  # the user's DataLoader(timeout=...), 0 for none
     exited: list[int]  # its workers whose process has ended, when the error came
     waited_s: float  # how long the next() that raised had waited
-
-
-def raised_in_worker(error: BaseException) -> bool:
-    """Whether `error` is the dataset's (or collate_fn's) own, raised in a worker and re-raised by torch: told by
-    where it was raised (torch's ExceptionWrapper.reraise), not by its words."""
-    traceback = error.__traceback__
-    if traceback is None:
-        return False
-    while traceback.tb_next is not None:
-        traceback = traceback.tb_next
-    return traceback.tb_frame.f_code is _RERAISE
 
 
 def is_users_timeout(error: BaseException, facts: FailureFacts) -> bool:

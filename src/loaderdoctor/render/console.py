@@ -87,6 +87,11 @@ def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
         rows.append(("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each"))
     if m["sample_errors"]:
         rows.append(("errors", f"{plural(m['sample_errors'], 'batch')} failed while loading"))
+    if rec.worker_deaths:
+        where = "; ".join(f"epoch {d.epoch}, batch {d.batch}" for d in rec.worker_deaths[:3])
+        more = f" and {len(rec.worker_deaths) - 3} more" if len(rec.worker_deaths) > 3 else ""
+        went_on = ", and the loop went on (a guard started workers again)" if rec.outcome == "completed" else ""
+        rows.append(("deaths", f"{plural(len(rec.worker_deaths), 'worker')} died ({where}{more}){went_on}"))
     return rows
 
 

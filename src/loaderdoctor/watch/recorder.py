@@ -164,7 +164,9 @@ class RunRecorder:
         self.worker_pids = list(event.worker_pids)
         tally = self.tally
         if tally is not None and tally.epoch == event.epoch:
-            tally.restarts += 1  # a guard's new iterator within the epoch
+            tally.restarts += 1  # a guard's new iterator within the epoch: the loop goes on past a death
+            if self.rec.outcome == "crashed":
+                self.rec.outcome = "completed"
             self._close_step(now - event.create_s)
             return
         self._end_epoch(now - event.create_s, "left")  # the loop left the last epoch before its end
@@ -214,11 +216,17 @@ class RunRecorder:
         self._close_step(now - event.wait_s)
         epoch = self.tally.epoch if self.tally is not None else event.epoch
         if self._is_death(event.error):
-            self.rec.worker_deaths.append(WorkerDeath(epoch, event.index, str(event.error)))
-            self.rec.outcome = "crashed"
+            self.worker_died(event.epoch, event.index, event.error)
             return
         for index, error_type, message in parse_sample_failures(event.error):
             self.rec.sample_errors.append(SampleError(epoch, event.index, index, error_type, message))
+
+    def worker_died(self, epoch: int, index: int, error: BaseException) -> None:
+        """A worker's death, raised by next() at batch `index` or by torch's SIGCHLD handler wherever the main
+        thread was (a listener, say): the loop ends, unless a guard starts an iterator again (_iterator_created)."""
+        epoch = self.tally.epoch if self.tally is not None else epoch
+        self.rec.worker_deaths.append(WorkerDeath(epoch, index, str(error)))
+        self.rec.outcome = "crashed"
 
     def _epoch_ended(self, event: EpochEnded) -> None:
         now = self.clock()

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
+from loaderdoctor.guard.children import GuardInterrupt
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.history.records import now_iso
@@ -111,10 +112,11 @@ class WatchRun:
         self.waiting_since = waiting_since
         self.started_at = now_iso()
         self.snapshot = take_snapshot()
+        self.is_death = lambda error: is_worker_death(error, torch_iterator())
         self.recorder = RunRecorder(
             loader_facts(user_loader, settings()),
             sampler_epoch=lambda: sampler_epoch(user_loader),
-            is_death=lambda error: is_worker_death(error, torch_iterator()),
+            is_death=self.is_death,
         )
         recorder = self.recorder  # not self: a run and its sampler holding each other would keep the loader
         self.sampler = recorder.worker_sampler(lambda: recorder.worker_pids)
@@ -142,7 +144,15 @@ class WatchRun:
             self.recorder.on_event(event)
             if isinstance(event, EpochEnded):
                 self._log_epoch_end(event)
-        except Exception as error:  # the run goes on unwatched rather than fail
+        except Exception as error:
+            # torch's SIGCHLD handler raises a worker's death wherever the main thread is, here too (and a guard's
+            # handler its watchdog's interrupt): the loop's (the guard's) to handle, and the recording goes on. Any
+            # other error is the watch's own: the run goes on unwatched rather than fail.
+            if self.is_death(error):
+                self.recorder.worker_died(getattr(event, "epoch", 0), getattr(event, "index", 0), error)
+                raise
+            if isinstance(error, GuardInterrupt):
+                raise
             self.failed = True
             warnings.warn(
                 f"loaderdoctor watch '{self.name}' stopped recording: {type(error).__name__}: {error}",
@@ -298,7 +308,7 @@ class WatchedLoader:
             self._tap = None
             settings: Callable[[], Settings] = lambda: guarded.settings  # noqa: E731
             waiting: Callable[[], float | None] = lambda: None  # noqa: E731
-            inner: Callable[[], Any] = lambda: None  # noqa: E731
+            inner: Callable[[], Any] = guarded.torch_iterator
         else:
             fixed = LoaderSpec.from_loader(loader).settings
             settings = lambda: fixed  # noqa: E731
