@@ -7,13 +7,16 @@ loader spends per batch beyond its CPU, measurable while loading is what the ste
 - loading's CPU allows usable cores / cpu batches per second (the CPU the step itself takes counted too; the
   cores shared by the job's local ranks, each rank's limit its share of them);
 - loading's I/O allows as many batches in flight as workers could overlap: MAX_IO_WORKERS / (io + cpu);
-- the step allows 1 / step.
+- the step allows 1 / (step + receive), receive being the training process's CPU in next() taking in a batch
+  from worker processes (between two steps, whatever the loaders do; none known without workers).
 The steady limit is the least of those known; a part that cannot be measured is left out and said why, never
 guessed. Over an epoch of B batches (when B is known) the limit is B / (B / steady + boundary): torch's
-DataLoader loads nothing across an epoch's end, so each epoch pays once, with nothing beside it, the part that
-does not bind: the last step with the loaders idle when loading binds; when the step binds, the first batch's
-loading with the step idle (measured: the first batch of an epoch whose workers were already running; else one
-batch's CPU and waits, a lower bound where the waits are hidden)."""
+DataLoader loads nothing across an epoch's end, so an epoch from iter() on takes its first batch's loading (one
+loader's whole time for a batch, which the other loaders cannot shorten: measured, the first batch of an epoch
+whose workers were already running; else one batch's CPU and waits, a lower bound where the waits are hidden),
+then a steady interval (1 / steady) per further batch, then the last step with the loaders idle:
+boundary = first batch - interval + last step. When the step binds, that is the first batch's loading; when
+loading binds, the part of it that steady running overlaps is not paid again, its last step is."""
 
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ class Limit:
     step_cpu_s_per_batch: float | None  # the CPU the training process used in the step, per batch
     io_s_per_batch: float | None  # a loader's wall time per batch beyond its CPU
     step_s: float | None
+    receive_s_per_batch: float | None  # the training process's CPU in next() taking in a batch from workers
     steady_batches_per_s: float | None  # the limit within an epoch, its boundaries aside
     epoch_batches: int | None  # the epoch's length the limit counts its boundary over; None: a stream
     epoch_boundary_s: float  # what each epoch's boundary costs at least (see the module's docstring)
@@ -73,6 +77,7 @@ class Limit:
             ),
             "io_ms_per_batch": r(None if self.io_s_per_batch is None else self.io_s_per_batch * 1000, 3),
             "step_ms": r(None if self.step_s is None else self.step_s * 1000, 3),
+            "receive_ms_per_batch": r(None if self.receive_s_per_batch is None else self.receive_s_per_batch * 1000, 3),
             "steady_batches_per_s": r(self.steady_batches_per_s, 3),
             "epoch_batches": self.epoch_batches,
             "epoch_boundary_ms": r(self.epoch_boundary_s * 1000, 3),
@@ -118,6 +123,15 @@ def _io_s(rec: Recording, cpu_s: float | None) -> tuple[float | None, str | None
     return max(0.0, per_batch - cpu_s), None
 
 
+def _receive_s(rec: Recording) -> float | None:
+    """The training process's CPU in next() per steady batch from worker processes: taking the batch in, which
+    runs between two steps whatever the loaders do. None without worker processes (next() loads then)."""
+    steady = steady_batches(rec)
+    if not steady or not rec.settings.num_workers or rec.settings.backend != "process":
+        return None
+    return statistics.mean(b.wait_cpu_s for b in steady)
+
+
 def _first_batch_s(rec: Recording, cpu_s: float | None, io_s: float | None) -> float | None:
     """One batch's loading from an idle pipeline: an epoch's first batch when its workers were already running
     (the median of those), else loading's CPU and waits per batch; None when neither is known."""
@@ -148,9 +162,10 @@ def host_limit(rec: Recording) -> Limit:
         unknown["loading-io"] = why
     elif io_s is not None and cpu_s is not None and io_s >= MIN_IO_SHARE * (io_s + cpu_s):
         io_rate = MAX_IO_WORKERS / (io_s + cpu_s)
-    steps = [b.step_s for b in steady_batches(rec)]
-    step_s = statistics.mean(steps) if steps and rec.step_s is not None else None
-    step_rate = 1.0 / step_s if step_s else None
+    steady_ones = steady_batches(rec)
+    step_s = statistics.mean(b.step_s for b in steady_ones) if steady_ones and rec.step_s is not None else None
+    receive_s = _receive_s(rec)
+    step_rate = 1.0 / (step_s + (receive_s or 0.0)) if step_s else None
     if step_rate is None:
         unknown["step"] = "no training step" if rec.step_s is None else "the step took no measurable time"
     parts = {"loading-cpu": cpu_rate, "loading-io": io_rate, "step": step_rate}
@@ -158,7 +173,11 @@ def host_limit(rec: Recording) -> Limit:
     binds = min(known, key=lambda name: known[name]) if known else None
     steady = known[binds] if binds else None
     batches = epoch_batches(rec)
-    boundary = (_first_batch_s(rec, cpu_s, io_s) if binds == "step" else step_s) or 0.0
+    boundary = 0.0
+    if steady:
+        # An epoch from iter() on: its first batch after one loader's time, the others each a steady interval
+        # apart, then the last step: batches / steady + (first batch - interval + last step).
+        boundary = max(0.0, (_first_batch_s(rec, cpu_s, io_s) or 0.0) - 1.0 / steady + (step_s or 0.0))
     per_epoch = steady
     if steady is not None and batches and boundary > 0:
         per_epoch = batches / (batches / steady + boundary)
@@ -172,6 +191,7 @@ def host_limit(rec: Recording) -> Limit:
         step_cpu_s_per_batch=step_cpu,
         io_s_per_batch=io_s,
         step_s=step_s,
+        receive_s_per_batch=receive_s,
         steady_batches_per_s=steady,
         epoch_batches=batches,
         epoch_boundary_s=boundary,
@@ -190,7 +210,7 @@ def share_of_limit(rate: float | None, limit: Limit) -> float | None:
 _BINDS_WORDS = {
     "loading-cpu": "loading's CPU binds ({cpu:.0f} ms of CPU per batch on {cores:g} cores)",
     "loading-io": "loading's waits bind ({io:.0f} ms per batch beyond its CPU, {workers} workers overlapping them)",
-    "step": "the step binds ({step:.1f} ms per batch)",
+    "step": "the step binds ({step:.1f} ms per batch{receive})",
 }
 
 
@@ -206,6 +226,11 @@ def limit_words(limit: Limit, rate: float | None, fixed_rate: float | None = Non
         io=(limit.io_s_per_batch or 0.0) * 1000,
         workers=MAX_IO_WORKERS,
         step=(limit.step_s or 0.0) * 1000,
+        receive=(
+            f", and {limit.receive_s_per_batch * 1000:.1f} ms in next() taking each batch in"
+            if limit.receive_s_per_batch
+            else ""
+        ),
     )
     share = share_of_limit(rate, limit)
     text = f"this host's limit of {limit.batches_per_s:.1f} batches/s: {binds}"

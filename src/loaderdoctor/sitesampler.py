@@ -22,7 +22,7 @@ from loaderdoctor.callsites import Site, site_of
 from loaderdoctor.host import OWN_THREAD_PREFIX, thread_frames
 from loaderdoctor.plaindata import dataclass_from_dict
 
-INTERVAL_S = 0.01
+INTERVAL_S = 0.02
 FLUSH_S = 0.5
 _SUFFIX = ".activity.json"
 

@@ -25,17 +25,18 @@ def test_loading_that_computes_in_the_main_process_is_bound_by_the_cores():
     limit = host_limit(rec)
     assert limit.binds == "loading-cpu"
     assert limit.steady_batches_per_s == pytest.approx(2 / 0.05)
-    # Each epoch of 20 batches pays its last 20 ms step with nothing loading beside it.
-    assert limit.epoch_batches == 20 and limit.epoch_boundary_s == pytest.approx(0.02)
-    assert limit.batches_per_s == pytest.approx(20 / (20 / 40 + 0.02))
+    # Each epoch of 20 batches pays its first batch whole (one loader's 50 ms, where steady batches come 25 ms
+    # apart) and its last 20 ms step with nothing loading beside it.
+    assert limit.epoch_batches == 20 and limit.epoch_boundary_s == pytest.approx(0.05 - 0.025 + 0.02)
+    assert limit.batches_per_s == pytest.approx(20 / (20 / 40 + 0.045))
     assert limit.cpu_s_per_batch == pytest.approx(0.05)
     assert limit.step_batches_per_s == pytest.approx(50.0)
     assert limit.loading_io_batches_per_s is None  # no wait beyond the CPU
     share = share_of_limit(training_rate(rec), limit)
     assert share == pytest.approx((1 / 0.07) / limit.batches_per_s, rel=0.05)
-    words = limit_words(limit, training_rate(rec), fixed_rate=36.5)
-    assert words.startswith(f"{share:.0%} of this host's limit of 38.5 batches/s: loading's CPU binds (50 ms")
-    assert "40.0 within an epoch, less each epoch's end (20 ms over 20 batches)" in words
+    words = limit_words(limit, training_rate(rec), fixed_rate=34.9)
+    assert words.startswith(f"{share:.0%} of this host's limit of 36.7 batches/s: loading's CPU binds (50 ms")
+    assert "40.0 within an epoch, less each epoch's end (45 ms over 20 batches)" in words
     assert words.endswith("the fix reaches 95%")
 
 
@@ -46,7 +47,8 @@ def test_loading_that_waits_on_io_is_bound_by_the_workers_that_could_overlap_it(
     assert limit.io_s_per_batch == pytest.approx(0.045)
     assert limit.binds == "loading-io"
     assert limit.steady_batches_per_s == pytest.approx(MAX_IO_WORKERS / 0.05)
-    assert limit.batches_per_s == pytest.approx(20 / (20 / 320 + 0.001))  # each epoch's last 1 ms step
+    # Each epoch: its first batch whole (50 ms, where steady batches come 1/320 s apart) and its last 1 ms step.
+    assert limit.batches_per_s == pytest.approx(20 / (20 / 320 + 0.05 - 1 / 320 + 0.001))
     assert limit.loading_cpu_batches_per_s == pytest.approx(2 / 0.005)
 
 
@@ -71,6 +73,24 @@ def test_workers_that_keep_up_leave_the_step_binding():
     assert "loading-io" in limit.unknown and "kept up" in limit.unknown["loading-io"]
     # This loop runs at the limit: the step binds, and its epochs' first batches are what the limit counts.
     assert share_of_limit(training_rate(rec), limit) == pytest.approx(1.0, abs=0.05)
+
+
+def test_taking_each_batch_in_from_the_workers_runs_between_two_steps():
+    # Workers keep up with a 10 ms step; the training process spends 1.5 ms of CPU in next() per batch taking it
+    # in: the loop cannot go faster than a batch every 11.5 ms, whatever the loaders do.
+    persistent = Settings(num_workers=2, persistent_workers=True)
+    rec = make_recording(settings=persistent, cpu_share=0.2, step_s=0.01, wait_s=0.002, first_batch_s=[0.5, 0.03])
+    rec = dataclasses.replace(rec, batches=[dataclasses.replace(b, wait_cpu_s=0.0015) for b in rec.batches])
+    limit = host_limit(rec)
+    assert limit.binds == "step"
+    assert limit.receive_s_per_batch == pytest.approx(0.0015)
+    assert limit.steady_batches_per_s == pytest.approx(1 / 0.0115)
+    # An epoch: its first batch (30 ms, taking it in included), then 19 intervals and the last step.
+    assert limit.epoch_boundary_s == pytest.approx(0.03 - 0.0115 + 0.01)
+    assert "the step binds (10.0 ms per batch, and 1.5 ms in next() taking each batch in)" in limit_words(limit, 80)
+    # Without workers next() loads: nothing of it is taken for the step.
+    in_process = make_recording(settings=MAIN_PROCESS, wait_s=0.001, step_s=0.01)
+    assert host_limit(in_process).receive_s_per_batch is None
 
 
 def test_a_stream_of_unknown_length_is_limited_by_its_steady_rate():

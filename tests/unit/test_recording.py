@@ -229,6 +229,7 @@ def test_measurements_of_a_small_recording():
             "step_cpu_ms_per_batch": None,  # no samples of the machine
             "io_ms_per_batch": 5.0,
             "step_ms": 40.0,
+            "receive_ms_per_batch": None,  # no workers: next() loads
             "steady_batches_per_s": 25.0,
             "epoch_batches": 5,
             "epoch_boundary_ms": 10.0,
