@@ -3,8 +3,8 @@
 Usage: python benchmarks/site_sampling.py [ROUNDS]
 
 The table times a loop of samples in this process with nothing watching it, and with a SiteSampler
-sampling its thread every sitesampler.INTERVAL_S (as it samples a worker's main thread), in alternating order: pure Python
-(the worst case: the sampler must take the GIL from the loop), numpy, and a loop taking an uncontended
+sampling its thread every sitesampler.INTERVAL_S (as it samples a worker's main thread), in alternating order:
+pure Python (the worst case: the sampler must take the GIL from the loop), numpy, and a loop taking an uncontended
 fcntl.flock on a read-only file per sample with the file-lock watch installed (the wrapper's cost per call).
 The last row times epochs of 2 persistent DataLoader workers over a pure-Python dataset with a plain
 worker_init_fn and with the probe's whole worker hook (stack dumps, file-lock watch, site sampler), after a
