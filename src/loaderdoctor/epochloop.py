@@ -3,8 +3,9 @@ step, epochs recorded as they end, and how a failure ends one (a stall, a worker
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from loaderdoctor.errors import LoaderDoctorError, StopMeasuring
@@ -104,6 +105,18 @@ class EpochLoop:
             self.rec.outcome = "crashed"
             return "worker-died"
         return None
+
+    @contextlib.contextmanager
+    def deaths_recorded(self) -> Iterator[None]:
+        """Around the session's own work between batches (warming up, sampling, opening a window): torch's SIGCHLD
+        handler raises a worker's death wherever the main thread is, there too (the watchdog's kill of stalled
+        workers, a worker that died). Recorded as the run's failure, as next() would have met it; not raised."""
+        try:
+            yield
+        except RuntimeError as error:
+            iterator = self.iterator
+            if self._failure(self.epoch, iterator.index - 1 if iterator is not None else 0, error) is None:
+                raise
 
     def _consume(
         self, deadline: float, min_batches: int, give_up: float | None, steady: bool

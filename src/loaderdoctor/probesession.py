@@ -214,7 +214,7 @@ class ProbeSession(EpochLoop):
         once. Whether a batch came (else the outcome says why)."""
         self.budget_s += startup_limit_s
         self.watchdog.deadline = self.clock() + startup_limit_s
-        with self.interrupter, quiet_worker_count_advice():
+        with self.interrupter, quiet_worker_count_advice(), self.deaths_recorded():
             if not self._open_epoch():
                 return False
             with contextlib.suppress(StopMeasuring):  # the step may end the measuring at once
@@ -245,8 +245,9 @@ class ProbeSession(EpochLoop):
         if self.iterator is not None:
             self.last_step_end = begun  # a pause between windows is no part of an epoch's end
         self.sampler.resume()
+        measured_from = begun
         try:
-            with self.interrupter, quiet_worker_count_advice():
+            with self.interrupter, quiet_worker_count_advice(), self.deaths_recorded():
                 if warm_up:
                     self._roll(
                         until=begun + SETTLE_S,

@@ -147,11 +147,16 @@ def raised_in_worker(error: BaseException) -> bool:
     return traceback.tb_frame.f_code is _RERAISE
 
 
-def is_worker_death(error: BaseException, iterator: Any) -> bool:
+# A worker's death also shows as other errors (a batch whose shared memory cannot be fetched from it any more:
+# ConnectionResetError, EOFError...), maybe an instant before its process has ended: give it this long to be seen.
+DEATH_GRACE_S = 0.5
+
+
+def is_worker_death(error: BaseException, iterator: Any, grace_s: float = DEATH_GRACE_S) -> bool:
     """Whether `error` comes of a worker of `iterator` that died: torch's RuntimeError (from next(), or from its
     SIGCHLD handler wherever the main thread is) or what the death broke (a reset connection, an EOFError), while
-    one has ended; never an error the dataset raised in a worker."""
-    return not raised_in_worker(error) and bool(exited_workers(iterator))
+    one has ended or ends within `grace_s`; never an error the dataset raised in a worker (told without waiting)."""
+    return not raised_in_worker(error) and bool(exited_workers(iterator, grace_s))
 
 
 def shutdown(loader: DataLoader, iterator: Any) -> None:

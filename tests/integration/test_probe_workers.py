@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.probe import probe
+from loaderdoctor.probesession import ProbeSession
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.watchdog import StallPolicy
 
@@ -173,3 +174,32 @@ class _RaisesAt(Squares):
 def _line_of(text: str) -> int:
     with open(__file__) as source:
         return next(number for number, line in enumerate(source, 1) if text in line and "_line_of" not in line)
+
+
+def test_a_death_torch_raises_between_batches_is_the_runs_outcome_not_an_error():
+    # torch's SIGCHLD handler raises a worker's death wherever the main thread is: here, as a window opens (its
+    # first CPU sample), which a benchmark's tuner trial met after the watchdog killed stalled workers.
+    spec = _spec(Squares(), num_workers=1, persistent_workers=True)
+    session = ProbeSession(spec, spec.settings, step=None, policy=QUICK)
+    try:
+        assert session.start(startup_limit_s=30)
+        (pid,) = session.current_pids()
+        torchs_handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # raised below, where the test chooses
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            sample_once = session.sampler.sample_once
+
+            def sample_then_torchs_handler() -> None:
+                sample_once()
+                torchs_handler(signal.SIGCHLD, None)
+
+            session.sampler.sample_once = sample_then_torchs_handler
+            assert session.run(2.0) is not None  # the window that ended at once, not an exception
+        finally:
+            signal.signal(signal.SIGCHLD, torchs_handler)
+    finally:
+        rec = session.close()
+    assert rec.outcome == "crashed"
+    (death,) = rec.worker_deaths
+    assert "killed by signal" in death.message

@@ -287,6 +287,32 @@ def test_a_rank_killed_outright_passes_its_status_and_leaves_the_others_summary(
     assert not [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("loaderdoctor-run-")]
 
 
+def test_guard_starts_forked_workers_again_for_a_script_only_fork_can_load(tmp_path):
+    # Without `if __name__ == "__main__":` workers started with forkserver or spawn would run the script again:
+    # the guard keeps fork and one worker, and after a death starts it again as it was (once).
+    _write(tmp_path, "unguarded_main.py", """\
+        import os, pathlib
+        from torch.utils.data import DataLoader, Dataset
+
+        class DiesOnce(Dataset):
+            def __len__(self):
+                return 32
+
+            def __getitem__(self, index):
+                if index == 9 and not pathlib.Path("died").exists():
+                    pathlib.Path("died").touch()
+                    os._exit(1)
+                return index
+
+        loader = DataLoader(DiesOnce(), batch_size=4, num_workers=1)
+        print(sorted(int(i) for batch in loader for i in batch) == list(range(32)))
+        """)  # fmt: skip
+    guarded = _run(["--no-history", "--guard", "unguarded_main.py"], tmp_path)
+    assert guarded.returncode == 0, guarded.stderr
+    assert guarded.stdout == "True\n"
+    assert "start again as they were, once" in guarded.stderr
+
+
 def test_guard_carries_a_script_past_a_worker_that_dies(tmp_path):
     _write(tmp_path, "dies.py", """\
         import os, pathlib

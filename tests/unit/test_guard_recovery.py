@@ -122,6 +122,17 @@ def test_after_a_death_on_a_sample_now_skipped_the_settings_stay():
     assert choose_rung(failed, DIED, restarts_left=False, killer_skipped=5, **common) is None  # restarts still count
 
 
+def test_a_death_with_no_safer_rung_starts_the_same_workers_again_once():
+    # One forked worker of a dataset only forked workers can load (a script without `if __name__ == "__main__":`):
+    # no start method or worker count is left to change; a death may be the machine's, so one more try as it was.
+    failed = Settings(num_workers=1, start_method="fork")
+    common = {"escalated": False, "tried": [failed], "picklable": lambda: False, "per_worker_streams": False}
+    again = choose_rung(failed, DIED, restarts_left=True, **common)
+    assert again is not None and again.settings == failed and "start again as they were, once" in again.why
+    assert choose_rung(failed, DIED, restarts_left=True, retried_as_was=True, **common) is None
+    assert choose_rung(failed, STALL, restarts_left=True, **common).settings.num_workers == 0  # a stall's own rung
+
+
 def test_a_main_process_stall_moves_once_to_one_spawned_worker():
     main = Settings(num_workers=0)
     up = choose_rung(

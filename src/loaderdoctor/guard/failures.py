@@ -26,6 +26,7 @@ from loaderdoctor.guard.texts import death_event, gave_up_error, restart_event, 
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.stalls import Ended, respond_to_stall
+from loaderdoctor.tap import DEATH_GRACE_S
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 
 if TYPE_CHECKING:
@@ -36,10 +37,6 @@ if TYPE_CHECKING:
     from loaderdoctor.interrupt import MainThreadInterrupter
 
 log = logging.getLogger("loaderdoctor")
-
-# A worker's death also shows as other errors (a batch whose shared memory cannot be fetched from it any more:
-# ConnectionResetError, EOFError...); give a dying worker this long to be seen dead before blaming the user.
-_DEATH_GRACE_S = 0.5
 
 
 class FailureHandling:
@@ -58,6 +55,7 @@ class FailureHandling:
     _epoch: int
     _position: int
     _escalated: bool
+    _retried_as_was: bool  # a death had its workers started again with the same settings (once only)
     _active: bool
     _consumer: threading.Thread
     _main_interrupter: MainThreadInterrupter | None
@@ -92,7 +90,7 @@ class FailureHandling:
             return None
         kind = classify(error, self._facts(inner))
         if kind == ASK_WORKERS:
-            kind = DIED if inner.dead_workers(_DEATH_GRACE_S) else None
+            kind = DIED if inner.dead_workers(DEATH_GRACE_S) else None
         if kind == DIED and inner.died is None and not isinstance(error, RuntimeError):
             # Not torch's report of the death but what it caused (a broken pipe, an EOFError): name the workers.
             dead = ", ".join(map(str, inner.dead_workers(0.0)))
@@ -152,11 +150,13 @@ class FailureHandling:
             picklable=self._safety.picklable,
             per_worker_streams=self._resume.per_worker_streams,
             killer_skipped=skipped,
+            retried_as_was=self._retried_as_was,
         )
         if rung is None:
             self._active = False
             self._resources.release()  # no worker and no stack-dump folder left behind
             raise self._gave_up(kind, error) from error
+        self._retried_as_was = self._retried_as_was or (kind == DIED and skipped is None and rung.settings == failed)
         escalated = failed.num_workers == 0 and rung.settings.num_workers > 0
         self._escalated = self._escalated or escalated
         self.restarts += 1

@@ -102,6 +102,7 @@ class GuardedLoader(FailureHandling, Checkpoints):
         self._exhausted = True  # no epoch is under way (an IterableDataset's end is known at StopIteration only)
         # Loading moved out of the main process after it stalled there (see _after_main_stall): the last rung.
         self._escalated = False
+        self._retried_as_was = False  # see recovery.choose_rung
         self._active = False  # an epoch is under way
         self._resume_pending = False  # load_state_dict() set a plan and position for the next iter() to resume
         self._seed_state: torch.Tensor | None = None

@@ -82,12 +82,15 @@ def choose_rung(
     picklable: Callable[[], bool],
     per_worker_streams: bool,
     killer_skipped: int | None = None,
+    retried_as_was: bool = False,
 ) -> Rung | None:
     """Where loading goes after `kind` failed it at `failed`: one rung down the ladder (guard/ladder.py), or after
     a stall in the main process up to a worker (see after_main_stall); None when no restart or rung is left.
     `picklable()` says whether workers that are not forked can load the dataset (asked only when needed).
     After a death on a sample that is skipped from now on (`killer_skipped`), the settings stay: the sample
-    was the cause, and it is no longer loaded."""
+    was the cause, and it is no longer loaded. After a death with no safer rung (a dataset only forked workers
+    can load, down to one worker), the workers start again as they were, once (`retried_as_was`: done already):
+    a death may be the machine's (the OOM killer), not the loader's."""
     if not restarts_left:
         return None
     if kind == DIED and killer_skipped is not None:
@@ -102,6 +105,8 @@ def choose_rung(
         return after_main_stall(failed, tried, picklable) if kind == STALL else None
     can_pickle = failed.effective_start_method != "fork" or picklable()
     rung = next_rung(failed, kind, picklable=can_pickle, per_worker_streams=per_worker_streams)
+    if rung is None and kind == DIED and not retried_as_was:
+        return Rung(failed, ": no safer settings can load this loader, so its workers start again as they were, once")
     return None if rung is None else Rung(rung)
 
 

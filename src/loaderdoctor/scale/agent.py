@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from loaderdoctor.scale.job import Topology, static_launch_config
 from loaderdoctor.scale.rank import run_rank
 from loaderdoctor.scale.results import LaunchResult, RankFailure, RankResult, written_results
 
@@ -27,23 +27,16 @@ SHUTDOWN_TIMEOUT_S = 5
 _MESSAGE_CHARS = 600
 
 
-def launch_config(order: dict[str, Any]) -> LaunchConfig:
-    """The elastic launcher's settings for an order: a static rendezvous at the order's endpoint (node 0 hosts
-    it), no restarts (a failed rank is a finding, not something to retry), the ranks' output kept in files."""
-    topology = order["topology"]
-    return LaunchConfig(
-        min_nodes=topology["nnodes"],
-        max_nodes=topology["nnodes"],
-        nproc_per_node=topology["ranks"],
+def _launch_config(order: dict[str, Any]) -> LaunchConfig:
+    """The launcher's settings for an order: the ranks' output kept in files of the order's log_dir."""
+    return static_launch_config(
+        Topology(**order["topology"]),
+        endpoint=order["endpoint"],
         run_id=order["run_id"],
-        rdzv_backend="static",
-        rdzv_endpoint=order["endpoint"],
-        rdzv_configs={"rank": topology["node_rank"], "timeout": RENDEZVOUS_TIMEOUT_S},
-        max_restarts=0,
-        monitor_interval=0.2,
-        start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=order["log_dir"], redirects=Std.ALL),
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        log_dir=order["log_dir"],
+        rendezvous_timeout_s=RENDEZVOUS_TIMEOUT_S,
+        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+        keep_output=True,
     )
 
 
@@ -54,7 +47,7 @@ def run(order: dict[str, Any]) -> LaunchResult:
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it for more than one rank per node
     started = time.monotonic()
     try:
-        returned = elastic_launch(launch_config(order), run_rank)(order["job"])
+        returned = elastic_launch(_launch_config(order), run_rank)(order["job"])
     except ChildFailedError as error:
         launch.failures = [
             _failure(rank, failure, order["log_dir"]) for rank, failure in sorted(error.failures.items())

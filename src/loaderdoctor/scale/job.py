@@ -77,3 +77,35 @@ def endpoint_parts(endpoint: str) -> tuple[str, int]:
             f"--rdzv-endpoint must be HOST:PORT, not {endpoint!r}", hint="e.g. --rdzv-endpoint 127.0.0.1:29500"
         )
     return host.strip("[]"), int(port)
+
+
+def static_launch_config(
+    topology: Topology,
+    *,
+    endpoint: str,
+    run_id: str,
+    log_dir: str,
+    rendezvous_timeout_s: float,
+    shutdown_timeout_s: float,
+    keep_output: bool,
+) -> Any:
+    """torch's elastic launcher's LaunchConfig for `topology`: a static rendezvous at `endpoint` (node 0 hosts
+    it), no restarts (a failed rank is a finding, not something to retry), the ranks started with spawn; with
+    `keep_output` their stdout and stderr go to files under `log_dir`, else where the launcher's own go."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
+        min_nodes=topology.nnodes,
+        max_nodes=topology.nnodes,
+        nproc_per_node=topology.ranks,
+        run_id=run_id,
+        rdzv_backend="static",
+        rdzv_endpoint=endpoint,
+        rdzv_configs={"rank": topology.node_rank, "timeout": rendezvous_timeout_s},
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL if keep_output else Std.NONE),
+        shutdown_timeout=shutdown_timeout_s,
+    )

@@ -20,7 +20,7 @@ from typing import Any
 from loaderdoctor.recording import Recording
 from loaderdoctor.rules import order
 from loaderdoctor.rules.straggler import rank_straggler
-from loaderdoctor.scale.job import Topology, endpoint_parts
+from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port
 from loaderdoctor.scale.plan import DdpPlan, ddp_plan
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
@@ -38,9 +38,8 @@ RENDEZVOUS_TIMEOUT_S = 900
 def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> ScriptRun:
     """Run `script` in `topology.ranks` ranks on this node; its exit status (the rank that failed first's, else 0) and
     the loaders of this node's ranks, with rank-straggler added to the straggling rank's loader."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     work = Path(tempfile.mkdtemp(prefix="loaderdoctor-run-"))
     if topology.rdzv_endpoint is None:
@@ -48,19 +47,14 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
     else:
         host, port = endpoint_parts(topology.rdzv_endpoint)
         endpoint = f"{host}:{port}"
-    config = LaunchConfig(
-        min_nodes=topology.nnodes,
-        max_nodes=topology.nnodes,
-        nproc_per_node=topology.ranks,
+    config = static_launch_config(
+        topology,
+        endpoint=endpoint,
         run_id="loaderdoctor-run",
-        rdzv_backend="static",
-        rdzv_endpoint=endpoint,
-        rdzv_configs={"rank": topology.node_rank, "timeout": RENDEZVOUS_TIMEOUT_S},
-        max_restarts=0,
-        monitor_interval=0.2,
-        start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=str(work / "logs")),
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        log_dir=str(work / "logs"),
+        rendezvous_timeout_s=RENDEZVOUS_TIMEOUT_S,
+        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+        keep_output=False,  # the script's output goes where torchrun's would
     )
     environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or ""}
     if topology.ranks > 1:
