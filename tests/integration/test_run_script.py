@@ -287,26 +287,30 @@ def test_a_rank_killed_outright_passes_its_status_and_leaves_the_others_summary(
     assert not [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("loaderdoctor-run-")]
 
 
+# The worker that loads sample 9 the first time (no file "died" yet) ends without a word.
+DIES_ONCE = """\
+import os, pathlib
+from torch.utils.data import DataLoader, Dataset
+
+class DiesOnce(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, index):
+        if index == 9 and not pathlib.Path("died").exists():
+            pathlib.Path("died").touch()
+            os._exit(1)
+        return index
+
+"""
+EVERY_SAMPLE_ONCE = "print(sorted(int(i) for batch in loader for i in batch) == list(range(32)))"
+
+
 def test_guard_starts_forked_workers_again_for_a_script_only_fork_can_load(tmp_path):
     # Without `if __name__ == "__main__":` workers started with forkserver or spawn would run the script again:
     # the guard keeps fork and one worker, and after a death starts it again as it was (once).
-    _write(tmp_path, "unguarded_main.py", """\
-        import os, pathlib
-        from torch.utils.data import DataLoader, Dataset
-
-        class DiesOnce(Dataset):
-            def __len__(self):
-                return 32
-
-            def __getitem__(self, index):
-                if index == 9 and not pathlib.Path("died").exists():
-                    pathlib.Path("died").touch()
-                    os._exit(1)
-                return index
-
-        loader = DataLoader(DiesOnce(), batch_size=4, num_workers=1)
-        print(sorted(int(i) for batch in loader for i in batch) == list(range(32)))
-        """)  # fmt: skip
+    main = f"loader = DataLoader(DiesOnce(), batch_size=4, num_workers=1)\n{EVERY_SAMPLE_ONCE}\n"
+    _write(tmp_path, "unguarded_main.py", DIES_ONCE + main)
     guarded = _run(["--no-history", "--guard", "unguarded_main.py"], tmp_path)
     assert guarded.returncode == 0, guarded.stderr
     assert guarded.stdout == "True\n"
@@ -314,25 +318,13 @@ def test_guard_starts_forked_workers_again_for_a_script_only_fork_can_load(tmp_p
 
 
 def test_guard_carries_a_script_past_a_worker_that_dies(tmp_path):
-    _write(tmp_path, "dies.py", """\
-        import os, pathlib
-        import torch
-        from torch.utils.data import DataLoader, Dataset
-
-        class DiesOnce(Dataset):  # the worker that loads sample 9 the first time ends without a word
-            def __len__(self):
-                return 32
-
-            def __getitem__(self, index):
-                if index == 9 and not pathlib.Path("died").exists():
-                    pathlib.Path("died").touch()
-                    os._exit(1)
-                return index
-
-        if __name__ == "__main__":  # the guard may start its workers again with spawn, which imports this file
-            loader = DataLoader(DiesOnce(), batch_size=4, num_workers=1)
-            print(sorted(int(i) for batch in loader for i in batch) == list(range(32)))
-        """)  # fmt: skip
+    # The guard may start its workers again with spawn, which imports the script: its main part under __main__.
+    main = (
+        'if __name__ == "__main__":\n'
+        "    loader = DataLoader(DiesOnce(), batch_size=4, num_workers=1)\n"
+        f"    {EVERY_SAMPLE_ONCE}\n"
+    )
+    _write(tmp_path, "dies.py", DIES_ONCE + main)
     plain = _run(["--no-history", "dies.py"], tmp_path)
     assert plain.returncode == 1 and "DataLoader worker" in plain.stderr  # torch's own error, unguarded
     (tmp_path / "died").unlink()
