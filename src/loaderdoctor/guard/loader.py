@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.guard import children
 from loaderdoctor.guard.attributes import forward_loader_attributes
 from loaderdoctor.guard.checkpoint import Checkpoints
@@ -25,9 +25,8 @@ from loaderdoctor.guard.plan import check_resumable, start_epoch
 from loaderdoctor.guard.recovery import USERS_TIMEOUT
 from loaderdoctor.guard.resume import Building, PlanResume, Resume, StreamResume
 from loaderdoctor.guard.safe import SettingChange, StartSafety, persistent_workers_change
-from loaderdoctor.guard.samples import too_many_bad
+from loaderdoctor.guard.skipping import SkippedSamples
 from loaderdoctor.guard.state import STATE_VERSION
-from loaderdoctor.guard.texts import skipped_event, too_many_bad_error
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.recording import WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings
@@ -42,7 +41,7 @@ log = logging.getLogger("loaderdoctor")
 _MAIN_THREAD = threading.main_thread().ident
 
 
-class GuardedLoader(FailureHandling, Checkpoints):
+class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
     """Iterates like the DataLoader it guards, batch for batch, and never hangs forever on its workers.
 
     A watchdog declares a stall when no batch comes for too long (`stall_timeout`: None for adaptive deadlines,
@@ -348,19 +347,6 @@ class GuardedLoader(FailureHandling, Checkpoints):
                 self._count_samples(inner, self._position - 1, planned)
             return batch
 
-    def _count_samples(self, inner: Inner, position: int, planned: Any) -> None:
-        """Record the samples replaced in the batch at `position` (of the indices `planned`), just delivered;
-        end the run when too many of the samples seen so far were bad."""
-        self._samples_seen += len(planned) if self._spec.batch_sampler is not None else 1
-        reports = inner.reports.take((inner.iteration, position))
-        for report in reports:
-            self.skipped.append(report["index"])
-            self._record(skipped_event(self._epoch, position, report))
-        # The bound on the bad share rises only with a new bad sample: checked then.
-        if reports and too_many_bad(len(self.skipped), self._samples_seen, self.max_bad_fraction):
-            self._end_epoch()
-            raise self._too_many_bad(position)
-
     def _end_epoch(self) -> None:
         self._active = False
         self._interrupter.uninstall()
@@ -368,10 +354,6 @@ class GuardedLoader(FailureHandling, Checkpoints):
         if inner is not None:
             inner.stop_watching()
             inner.end_iterator()
-
-    def _too_many_bad(self, position: int) -> LoaderDoctorError:
-        last = self.events[-1].detail
-        return too_many_bad_error(self._epoch, position, self.skipped, self._samples_seen, self.max_bad_fraction, last)
 
     def _close_inner(self) -> None:
         self._interrupter.uninstall()
