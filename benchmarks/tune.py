@@ -4,8 +4,10 @@ Usage: python benchmarks/tune.py [--budget S] [--max-workers N] [--rounds R] [--
 
 Per pipeline (benchmarks/tune_pipelines.py), in one run:
 1. the tuner searches with a budget of S seconds (its own trials, its own clock);
-2. an exhaustive grid measures every Settings of the same space (tune/space.py grid()), one trial each of the
-   tuner's trial length, and keeps the fastest;
+2. a plain grid measures every Settings of the same space (tune/space.py grid()) as a user would by hand: a
+   plain loop over GRID_EPOCHS full epochs of a freshly built loader (start-up included), so that every
+   setting is measured over the same number of batches, and keeps the fastest; its time is the grid's
+   search time;
 3. side by side, in alternating order for R rounds, each contender runs 8 full epochs of a freshly built loader
    (start-up included, as a training run pays it: once for persistent workers, each epoch otherwise; these
    epochs are short, so 8 of them weigh start-up far more than a real run of longer epochs would): the
@@ -30,21 +32,21 @@ from tune_pipelines import PIPELINES
 
 from loaderdoctor.host import host_facts
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
-from loaderdoctor.tune.measure import probe_measure
-from loaderdoctor.tune.run import default_memory_budget, trial_seconds, tune_loader
+from loaderdoctor.tune.run import default_memory_budget, tune_loader
 from loaderdoctor.tune.space import grid
 
 FINAL_EPOCHS = 8
+GRID_EPOCHS = 2
 
 
-def _epochs_rate(spec: LoaderSpec, settings: Settings) -> float:
-    """Batches per second over FINAL_EPOCHS full epochs of a new loader with `settings`, start-up included."""
+def _epochs_rate(spec: LoaderSpec, settings: Settings, epochs: int) -> float:
+    """Batches per second over `epochs` full epochs of a new loader with `settings`, start-up included."""
     loader = spec.build(settings)
     started = time.perf_counter()
     batches = 0
     with quiet_worker_count_advice():
         try:
-            for _ in range(FINAL_EPOCHS):
+            for _ in range(epochs):
                 for _batch in loader:
                     batches += 1
         finally:
@@ -54,14 +56,15 @@ def _epochs_rate(spec: LoaderSpec, settings: Settings) -> float:
     return batches / (time.perf_counter() - started)
 
 
-def _grid_best(spec: LoaderSpec, space: list[Settings], trial_s: float) -> tuple[Settings, float]:
-    measure = probe_measure(spec, step=None)
+def _grid_best(spec: LoaderSpec, space: list[Settings]) -> tuple[Settings, float]:
+    """The fastest Settings of `space`, each timed over GRID_EPOCHS epochs of a plain loop, and the grid's
+    time."""
     started = time.monotonic()
     best, best_rate = space[0], -1.0
     for settings in space:
-        measured = measure(settings, trial_s)
-        if measured.outcome == "completed" and measured.batches_per_s > best_rate:
-            best, best_rate = settings, measured.batches_per_s
+        rate = _epochs_rate(spec, settings, GRID_EPOCHS)
+        if rate > best_rate:
+            best, best_rate = settings, rate
     return best, time.monotonic() - started
 
 
@@ -72,7 +75,7 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int) -> dict[st
     tuned = tune_loader(name, spec, budget_s=budget_s, memory_bytes=memory, step=None, max_workers=max_workers)
     limits = tuned.limits
     space = grid(limits)
-    grid_settings, grid_s = _grid_best(spec, space, trial_seconds(budget_s))
+    grid_settings, grid_s = _grid_best(spec, space)
     lightning_workers = max(0, int(host.usable_cores) // max(1, host.local_ranks) - 1)
     contenders = {
         "tuner": tuned.settings,
@@ -85,7 +88,7 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int) -> dict[st
     for round_number in range(rounds):
         order = list(contenders) if round_number % 2 == 0 else list(reversed(contenders))
         for who in order:
-            rates[who].append(_epochs_rate(spec, contenders[who]))
+            rates[who].append(_epochs_rate(spec, contenders[who], FINAL_EPOCHS))
     medians = {who: statistics.median(values) for who, values in rates.items()}
     best = medians["grid best"]
     return {

@@ -20,9 +20,9 @@ FIXED_BY_SETTINGS = {"demo", "starved", "respawn", "fork-deadlock", "oversubscri
 # Checked with a smaller budget, and more closely, in a file of their own.
 CHECKED_APART = {"lock-contention"}  # test_lock_contention.py
 # Seconds of checking: workers started again every epoch make respawn's windows long; the others verify their
-# fix in less (budget 25 left respawn's fix not measured).
+# fix (2x or more) in 20 s, twice in a row here (budget 25 left respawn's fix not measured).
 BUDGET_S = {"respawn": 40}
-DEFAULT_BUDGET_S = 30
+DEFAULT_BUDGET_S = 20
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
