@@ -38,6 +38,7 @@ class EpochLoop:
     epoch_started: float
     epoch_pids: list[int]
     first_batch_s: dict[int, float]
+    iter_s: dict[int, float]
     step_times: list[float]
     last_step_end: float
     started: float
@@ -88,6 +89,7 @@ class EpochLoop:
                 ended=ended,
                 started_s=self.epoch_started - self.started,
                 end_s=max(0.0, now - max(self.last_step_end, self.epoch_started)) if batches else 0.0,
+                iter_s=self.iter_s.get(self.epoch, 0.0),
                 samples_fingerprinted=self.tally.samples,
                 distinct_samples=self.tally.distinct if self.tally.samples else None,
                 typical_copies=self.tally.typical_copies,

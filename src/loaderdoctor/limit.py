@@ -134,9 +134,10 @@ def _receive_s(rec: Recording) -> float | None:
 
 def _first_batch_s(rec: Recording, cpu_s: float | None, io_s: float | None) -> float | None:
     """One batch's loading from an idle pipeline: an epoch's first batch when its workers were already running
-    (the median of those), else loading's CPU and waits per batch; None when neither is known."""
+    (the median of those; after an epoch cut short, from the end of iter(), which first took in the batches left
+    in flight), else loading's CPU and waits per batch; None when neither is known."""
     warm = [
-        epoch.first_batch_s
+        epoch.first_batch_s - (epoch.iter_s if previous.ended != "exhausted" else 0.0)
         for previous, epoch in itertools.pairwise(rec.epochs)
         if epoch.worker_pids and epoch.worker_pids == previous.worker_pids and epoch.first_batch_s is not None
     ]

@@ -132,6 +132,7 @@ class ProbeSession(EpochLoop):
         self.epoch_started = 0.0
         self.epoch_pids: list[int] = []
         self.first_batch_s: dict[int, float] = {}
+        self.iter_s: dict[int, float] = {}
         self.step_times: list[float] = []
         self.last_step_end = 0.0
         self._counted = 0  # batches that count towards the current stretch's minimum
@@ -159,6 +160,7 @@ class ProbeSession(EpochLoop):
             if event.facts is not None:
                 self.rec.iterators.append(event.facts)
             self.epoch_pids = event.worker_pids
+            self.iter_s[event.epoch] = event.create_s
         elif isinstance(event, BatchDelivered):
             if event.first_batch_s is not None:
                 self.first_batch_s[event.epoch] = event.first_batch_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,8 @@ class EpochRecord:
     ended: str  # "exhausted" | "time" | "stall" | "worker-died" | "error" | "left" (a watched loop left it early)
     started_s: float = 0.0  # when iter() was called, in seconds since the run started
     end_s: float = 0.0  # from the last batch's step to the epoch's end: StopIteration and ending its workers
+    # Time in iter() itself: starting workers, or (persistent ones) taking in what the last epoch left in flight.
+    iter_s: float = 0.0
     # Samples fingerprinted (IterableDatasets only: see fingerprints.py), how many of them were distinct, and
     # how many copies of a sample were typical (2 when each of 2 workers repeats the whole stream).
     samples_fingerprinted: int = 0
@@ -320,8 +323,12 @@ def epoch_overhead_s(rec: Recording) -> float:
     """What an epoch costs beyond its batches' steady intervals: its start-up batches' time above the steady
     interval, and its end. Measured at the epochs after the first when the run had them; with one epoch only,
     that epoch's for workers started anew every epoch, and nothing for persistent workers or the main process
-    (their first start-up is once per run)."""
+    (their first start-up is once per run). After an epoch cut short (a probe's), persistent workers' iter()
+    first takes in the batches that epoch left in flight: a training loop whose epochs run to their end never
+    pays that, so it is left out."""
     interval = interval_s(rec) or 0.0
+    persistent = rec.settings.num_workers > 0 and rec.settings.persistent_workers
+    after_cut = {later.epoch for earlier, later in itertools.pairwise(rec.epochs) if earlier.ended != "exhausted"}
     startup = startup_batches(rec)
     by_epoch: dict[int, list[BatchRecord]] = {}
     for batch in rec.batches:
@@ -332,6 +339,8 @@ def epoch_overhead_s(rec: Recording) -> float:
         firsts = by_epoch.get(epoch.epoch, [])
         # The first batch's wait from iter() on: creating the iterator starts the workers.
         waits = sum(epoch.first_batch_s or 0.0 if b.index == 0 else b.wait_s for b in firsts)
+        if persistent and epoch.epoch in after_cut:
+            waits -= epoch.iter_s
         used = waits + sum(b.step_s for b in firsts)
         return max(0.0, used - len(firsts) * interval + epoch.end_s)
 
@@ -339,8 +348,7 @@ def epoch_overhead_s(rec: Recording) -> float:
     if later:
         return statistics.median(overhead(e) for e in later)
     first = rec.epochs[0] if rec.epochs else None
-    restarts = rec.settings.num_workers > 0 and not rec.settings.persistent_workers
-    if first is None or first.first_batch_s is None or not restarts:
+    if first is None or first.first_batch_s is None or persistent or rec.settings.num_workers == 0:
         return 0.0
     return overhead(first)
 

@@ -73,6 +73,11 @@ def test_workers_that_keep_up_leave_the_step_binding():
     assert "loading-io" in limit.unknown and "kept up" in limit.unknown["loading-io"]
     # This loop runs at the limit: the step binds, and its epochs' first batches are what the limit counts.
     assert share_of_limit(training_rate(rec), limit) == pytest.approx(1.0, abs=0.05)
+    # A probe that cut the first epoch short: the second iter() took 0.3 s taking in what was left in flight,
+    # which no loop of whole epochs pays; the first batch from an idle pipeline is the 0.12 s after it.
+    cut = make_recording(settings=persistent, cpu_share=0.2, step_s=0.05, first_batch_s=[0.5, 0.42])
+    cut.epochs[0].ended, cut.epochs[1].iter_s = "time", 0.3
+    assert host_limit(cut).epoch_boundary_s == pytest.approx(0.12)
 
 
 def test_taking_each_batch_in_from_the_workers_runs_between_two_steps():

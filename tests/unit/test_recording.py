@@ -145,6 +145,28 @@ def test_persistent_workers_pay_their_first_start_up_once_not_per_epoch():
     assert training_rate(one_epoch) == pytest.approx(100.0)
 
 
+def test_persistent_workers_draining_an_epoch_cut_short_is_no_part_of_an_epochs_overhead():
+    # A probe cuts its epochs short: the next iter() of persistent workers first takes in the 4 batches left in
+    # flight (0.4 s), then the first batch comes 0.1 s later. A loop whose epochs run to their end pays the 0.1 s.
+    whole = make_recording(settings=PERSISTENT, step_s=None, epochs=3, wait_s=0.01, first_batch_s=[1.0, 0.1, 0.1])
+    cut = make_recording(settings=PERSISTENT, step_s=None, epochs=3, wait_s=0.01, first_batch_s=[1.0, 0.5, 0.5])
+    for epoch in cut.epochs:
+        epoch.ended = "time"
+        epoch.iter_s = 0.4 if epoch.epoch else 0.0
+    assert epoch_overhead_s(whole) == pytest.approx(0.09)
+    assert epoch_overhead_s(cut) == pytest.approx(0.09)
+    assert training_rate(cut) == pytest.approx(training_rate(whole))
+    # After an epoch run to its end, iter() is part of the epoch's start, whatever it took.
+    for epoch in whole.epochs:
+        epoch.iter_s = 0.05
+    assert epoch_overhead_s(whole) == pytest.approx(0.09)
+    # Workers started anew each epoch: iter() starts them, a cost every epoch pays.
+    anew = make_recording(settings=WORKERS, step_s=None, epochs=3, wait_s=0.01, first_batch_s=0.5)
+    for epoch in anew.epochs:
+        epoch.ended, epoch.iter_s = "time", 0.4
+    assert epoch_overhead_s(anew) == pytest.approx(0.49)
+
+
 def test_an_epochs_end_counts_as_its_overhead():
     rec = make_recording(settings=WORKERS, step_s=None, epochs=3, wait_s=0.01, first_batch_s=0.01)
     for epoch in rec.epochs:
