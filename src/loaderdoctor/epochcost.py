@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.plaindata import dataclass_from_written
-from loaderdoctor.recording import epoch_batches, training_rate
+from loaderdoctor.rates import epoch_batches, training_rate
 from loaderdoctor.words import duration, money
 
 

@@ -25,7 +25,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.recording import Recording, epoch_batches, interval_s, steady_batches
+from loaderdoctor.rates import epoch_batches, first_batch_as_a_loop_pays_s, interval_s
+from loaderdoctor.recording import Recording, steady_batches
 from loaderdoctor.usage import loading_cpu, main_step_cpu_s, worker_cpu_per_batch
 
 # Workers that could overlap waits on I/O at most (the rules' MAX_IO_WORKERS: beyond, memory and open files cost
@@ -134,10 +135,10 @@ def _receive_s(rec: Recording) -> float | None:
 
 def _first_batch_s(rec: Recording, cpu_s: float | None, io_s: float | None) -> float | None:
     """One batch's loading from an idle pipeline: an epoch's first batch when its workers were already running
-    (the median of those; after an epoch cut short, from the end of iter(), which first took in the batches left
-    in flight), else loading's CPU and waits per batch; None when neither is known."""
+    (the median of those, as a loop of whole epochs pays them), else loading's CPU and waits per batch; None when
+    neither is known."""
     warm = [
-        epoch.first_batch_s - (epoch.iter_s if previous.ended != "exhausted" else 0.0)
+        first_batch_as_a_loop_pays_s(previous, epoch)
         for previous, epoch in itertools.pairwise(rec.epochs)
         if epoch.worker_pids and epoch.worker_pids == previous.worker_pids and epoch.first_batch_s is not None
     ]

@@ -23,15 +23,8 @@ from loaderdoctor.host import OtherLoad, host_facts
 from loaderdoctor.indexed import IndexedDataset
 from loaderdoctor.interrupt import MainThreadInterrupter
 from loaderdoctor.pickling import pickled_bytes
-from loaderdoctor.recording import (
-    BatchRecord,
-    Recording,
-    Stall,
-    Window,
-    WorkerStack,
-    epoch_overhead_s,
-    first_startup_s,
-)
+from loaderdoctor.rates import epoch_overhead_s, first_startup_s
+from loaderdoctor.recording import BatchRecord, Recording, Stall, Window, WorkerStack
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
 from loaderdoctor.sitesampler import read_worker_activity
 from loaderdoctor.stalls import Ended, respond_to_stall

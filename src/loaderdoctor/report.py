@@ -10,20 +10,16 @@ from typing import Any
 from loaderdoctor.epochcost import EpochCost
 from loaderdoctor.limit import Limit, host_limit, share_of_limit
 from loaderdoctor.plaindata import dataclass_from_written
-from loaderdoctor.recording import (
-    OtherProcess,
-    Recording,
+from loaderdoctor.rates import (
     batches_per_s,
     delivered_batches,
     epoch_batches,
     epoch_overhead_s,
     first_startup_s,
     interval_s,
-    mean_batch_bytes,
-    steady_batches,
     training_rate,
-    wait_fraction,
 )
+from loaderdoctor.recording import OtherProcess, Recording, mean_batch_bytes, steady_batches, wait_fraction
 from loaderdoctor.scale.plan import DdpPlan
 from loaderdoctor.settings import Settings
 from loaderdoctor.usage import loading_cpu, other_cores, worker_uss_after_startup

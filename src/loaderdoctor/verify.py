@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from loaderdoctor.budget import deadline_allowance
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.probesession import ProbeProgress, ProbeSession
-from loaderdoctor.recording import OtherProcess, Recording, Window, first_startup_s, steady_batches, training_rate
+from loaderdoctor.rates import first_startup_s, training_rate
+from loaderdoctor.recording import OtherProcess, Recording, Window, steady_batches
 from loaderdoctor.report import Finding, Verification
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.usage import BUSY_OTHER_CORES, other_cores

@@ -100,6 +100,8 @@ def test_workers_that_are_not_persistent_change_pids_every_epoch():
     pids = [frozenset(e.worker_pids) for e in rec.epochs]
     assert len(pids) == 3 and len(set(pids)) == 3
     assert all(e.first_batch_s is not None and e.first_batch_s > 0 for e in rec.epochs)
+    # Each epoch's iter() started its workers: time spent in iter() itself, within the first batch's.
+    assert all(0 < e.iter_s <= e.first_batch_s for e in rec.epochs)
 
 
 def test_a_worker_stuck_on_a_lock_copied_by_fork_is_a_stall_with_its_stack(lock_held):

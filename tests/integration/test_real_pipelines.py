@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import loaderdoctor
 from loaderdoctor.probe import probe
-from loaderdoctor.recording import batches_per_s, training_rate
+from loaderdoctor.rates import batches_per_s, training_rate
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.workload import Workload
 

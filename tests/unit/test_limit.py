@@ -8,7 +8,7 @@ import pytest
 from recordings import make_recording
 
 from loaderdoctor.limit import MAX_IO_WORKERS, host_limit, limit_words, share_of_limit
-from loaderdoctor.recording import training_rate
+from loaderdoctor.rates import training_rate
 from loaderdoctor.report import LoaderReport, Verification
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning

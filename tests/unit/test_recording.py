@@ -9,8 +9,9 @@ import json
 import pytest
 from recordings import MIB, make_host, make_iterators, make_recording
 
-from loaderdoctor import recording
+from loaderdoctor import rates
 from loaderdoctor.plaindata import dataclass_from_dict
+from loaderdoctor.rates import batches_per_s, epoch_batches, epoch_overhead_s, interval_s, training_rate
 from loaderdoctor.recording import (
     AliveThread,
     BatchRecord,
@@ -25,13 +26,8 @@ from loaderdoctor.recording import (
     WorkerDeath,
     WorkerSample,
     WorkerStack,
-    batches_per_s,
-    epoch_batches,
-    epoch_overhead_s,
-    interval_s,
     startup_s,
     steady_batches,
-    training_rate,
     wait_fraction,
 )
 from loaderdoctor.report import measurements
@@ -417,4 +413,4 @@ def test_an_epochs_rate_counts_the_loops_time_not_a_pause_between_windows():
         epoch.end_s = 0.05
     rec.epochs[1].wall_s += 30.0  # a measuring session paused 30 s within epoch 1
     # 0.2 s to the first batch, nine waits of 10 ms, ten steps of 40 ms, 50 ms to end: 10 batches in 0.74 s
-    assert recording.epoch_rates(rec) == pytest.approx({0: 10 / 0.74, 1: 10 / 0.74})
+    assert rates.epoch_rates(rec) == pytest.approx({0: 10 / 0.74, 1: 10 / 0.74})

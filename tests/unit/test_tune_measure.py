@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from recordings import BATCH_BYTES, MIB, make_recording
 
-from loaderdoctor.recording import Stall, training_rate
+from loaderdoctor.rates import training_rate
+from loaderdoctor.recording import Stall
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.measure import loading_memory_bytes, measurement
 

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from loaderdoctor.recording import delivered_batches, training_rate, wait_fraction
+from loaderdoctor.rates import delivered_batches, training_rate
+from loaderdoctor.recording import wait_fraction
 from loaderdoctor.rules import diagnose
 from loaderdoctor.settings import Settings
 from loaderdoctor.tap import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated

@@ -8,7 +8,8 @@ import copy
 import statistics
 
 from loaderdoctor.activity import WorkerActivity, join_activities
-from loaderdoctor.recording import Recording, training_rate, wait_fraction
+from loaderdoctor.rates import training_rate
+from loaderdoctor.recording import Recording, wait_fraction
 from loaderdoctor.report import Finding, measurements
 from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.distributed import distributed_sampler

@@ -8,15 +8,8 @@ from collections.abc import Callable
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.limit import host_limit
 from loaderdoctor.probe import ProbeProgress, probe
-from loaderdoctor.recording import (
-    Recording,
-    epoch_batches,
-    epoch_overhead_s,
-    first_startup_s,
-    mean_batch_bytes,
-    steady_batches,
-    training_rate,
-)
+from loaderdoctor.rates import epoch_batches, epoch_overhead_s, first_startup_s, training_rate
+from loaderdoctor.recording import Recording, mean_batch_bytes, steady_batches
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tune.trial import Measurement
 from loaderdoctor.usage import loading_cpu

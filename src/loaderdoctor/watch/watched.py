@@ -22,7 +22,8 @@ from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.history.records import now_iso
 from loaderdoctor.host import OWN_THREAD_PREFIX
 from loaderdoctor.limit import limit_words
-from loaderdoctor.recording import Recording, delivered_batches, training_rate
+from loaderdoctor.rates import delivered_batches, training_rate
+from loaderdoctor.recording import Recording
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose
 from loaderdoctor.settings import LoaderSpec, Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loaderdoctor import recording
+from loaderdoctor import rates
 from loaderdoctor.recording import BatchRecord, Recording
 from loaderdoctor.render.html.svg import Bar, Marker, Series, bar_chart, legend, line_chart
 
@@ -108,7 +108,7 @@ def _bar(group: Sequence[BatchRecord]) -> Bar:
 
 
 def epoch_rates(named: Sequence[tuple[str, Recording]], label: str) -> str:
-    """The rate of every epoch (recording.epoch_rates), one series per recording."""
+    """The rate of every epoch (rates.epoch_rates), one series per recording."""
     series = []
     for number, (name, rec) in enumerate(named):
         epochs = {e.epoch: e for e in rec.epochs}
@@ -119,7 +119,7 @@ def epoch_rates(named: Sequence[tuple[str, Recording]], label: str) -> str:
                 f"{name}, epoch {epoch}: {epochs[epoch].batches} batches, {rate:.1f} batches/s "
                 f"(first batch {_s(epochs[epoch].first_batch_s)}; ended: {epochs[epoch].ended})",
             )
-            for epoch, rate in recording.epoch_rates(rec).items()
+            for epoch, rate in rates.epoch_rates(rec).items()
         )
         if points:
             series.append(Series(name, points, f"s{number % 6}"))
