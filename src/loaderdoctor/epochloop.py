@@ -41,6 +41,7 @@ class EpochLoop:
     iter_s: dict[int, float]
     step_times: list[float]
     last_step_end: float
+    held_batch: Any  # the last batch delivered, referenced until the next one is
     started: float
     _counted: int
     startup_count: int
@@ -171,6 +172,16 @@ class EpochLoop:
                     return "error"
                 continue
             failures_in_a_row = 0
+            # As in `for batch in loader:`, the previous batch stayed referenced until next() returned this one
+            # (across windows and epochs too) and is released here. Freed before next() instead, a large batch
+            # at the top of the heap is handed back to the system (glibc trims it), and loading in the main
+            # process pays a page fault for every page of the next one (demo's 6 MB batches: 3,000 faults, ~8%
+            # of its rate), which a training loop does not pay. Releasing it is the loop's time as much as the
+            # step is, and counted with it (BatchRecord.step_s): memory-heavy's 64 MB batches take 5 ms to free
+            # in the main process and 15 ms from shared memory, a third of its interval.
+            self.held_batch = batch
+            delivered = self.rec.batches[-1]
+            delivered.step_s = max(0.0, self.clock() - self.started - delivered.delivered_s)
             if self.fingerprint:
                 fingerprints = sample_fingerprints(batch, self.rec.batches[-1].samples)
                 if fingerprints is not None:
@@ -178,10 +189,6 @@ class EpochLoop:
             if self.step is not None:
                 self._run_step(batch)
             self.last_step_end = self.clock()
-            # The batch stays referenced until the next one is delivered, as in `for batch in loader:`. Freed
-            # before next() instead, a large batch at the top of the heap is handed back to the system (glibc
-            # trims it), and loading in the main process pays a page fault for every page of the next one:
-            # demo's 6 MB batches, 3,000 faults and ~8% of its rate, which a training loop does not pay.
             if not steady or iterator.delivered > self.startup_count:
                 self._counted += 1
             self.report_progress()
@@ -206,8 +213,9 @@ class EpochLoop:
         self._record_step(step_started)
 
     def _record_step(self, step_started: float) -> None:
-        self.rec.batches[-1].step_s = self.clock() - step_started
-        self.step_times.append(self.rec.batches[-1].step_s)
+        step_s = self.clock() - step_started
+        self.rec.batches[-1].step_s += step_s
+        self.step_times.append(step_s)
         self.last_step_end = self.clock()
 
     def _record_sample_error(self, epoch: int, batch: int, error: BaseException) -> None:

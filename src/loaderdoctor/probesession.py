@@ -128,6 +128,7 @@ class ProbeSession(EpochLoop):
         self.iter_s: dict[int, float] = {}
         self.step_times: list[float] = []
         self.last_step_end = 0.0
+        self.held_batch: Any = None
         self._counted = 0  # batches that count towards the current stretch's minimum
         self.startup_count = 1  # the open epoch's start-up batches
         self.tally = EpochTally()
@@ -336,6 +337,7 @@ class ProbeSession(EpochLoop):
         if self.closed:
             return self.rec
         try:
+            self.held_batch = None
             if self.iterator is not None:
                 self.end_epoch("time")
             if self.last_iterator is not None:

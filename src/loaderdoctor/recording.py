@@ -101,7 +101,7 @@ class BatchRecord:
     index: int  # the batch's number within its epoch
     wait_s: float  # time blocked in next()
     wait_cpu_s: float  # CPU time the main process used meanwhile (all of loading, without workers)
-    step_s: float  # time in the training step that followed
+    step_s: float  # the loop's time after it, to the next next(): the training step, releasing the last batch
     nbytes: int
     samples: int
     delivered_s: float = 0.0  # when next() returned it, in seconds since the run started
