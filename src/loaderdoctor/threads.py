@@ -4,6 +4,7 @@ like a DataLoader, for work that releases the GIL."""
 from __future__ import annotations
 
 import contextlib
+import queue
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -50,17 +51,35 @@ class _ThreadIterator:
     def __next__(self) -> Any:
         return next(self._inner)
 
+    def __del__(self) -> None:
+        # A loop that leaves an epoch early (`break`) drops its iterator: stop the threads and free what they
+        # loaded ahead now, not at the next full garbage collection.
+        self._shutdown_workers()
+
     def _shutdown_workers(self) -> None:
-        # torchdata stops its threads when its iterators are collected; do it now instead. Its daemon
-        # threads stuck in a sample cannot be stopped by anyone: they end with the process.
+        # torchdata stops its threads when its iterators are collected; do it now instead, and empty their
+        # queues: its iterators sit in reference cycles, so the batches loaded ahead would stay in memory until
+        # a full garbage collection (memory-heavy's cut epochs: 1 GB more at each, until a tuner's process
+        # held 8 GB and loaded 3x slower). Its daemon threads stuck in a sample cannot be stopped by anyone:
+        # they end with the process.
         node = getattr(self._loader, "root", None)
         while node is not None:
             for owner in (node, getattr(node, "_it", None)):
-                shutdown = getattr(getattr(owner, "_it", None), "_shutdown", None)
+                iterator = getattr(owner, "_it", None)
+                shutdown = getattr(iterator, "_shutdown", None)
                 if callable(shutdown):
                     with contextlib.suppress(Exception):
                         shutdown()
+                    _empty_queues(iterator)
             node = getattr(node, "source", None)
+
+
+def _empty_queues(owner: Any) -> None:
+    """Drop whatever the queues among `owner`'s attributes still hold."""
+    for value in list(vars(owner).values()):
+        if isinstance(value, queue.Queue):
+            with value.mutex:
+                value.queue.clear()
 
 
 class ThreadLoader:

@@ -108,10 +108,12 @@ class Search:
         if baseline is None:
             raise ValueError(f"a budget of {self.budget_s:g} s cannot pay for one trial of {self.trial_s:g} s")
         best = self._climb()
-        if not self.quick and best is not None:
+        if not self.quick:
             # The other backend first: a change of kind (no copy of each batch between processes, no process
-            # to start) can be worth far more than the few percent a count or a prefetch between refines.
-            self._threads(best)
+            # to start) can be worth far more than the few percent a count or a prefetch between refines; tried
+            # too where worker processes lost to the main process (memory-heavy: the copy is what they lose).
+            self._threads(best or self._fastest())
+        if not self.quick and best is not None:
             best = self._between(best)
             best = self._prefetch(best)
         chosen = self._final(baseline)
@@ -183,9 +185,14 @@ class Search:
             best = trial
         return best
 
-    def _threads(self, best: Trial) -> None:
-        """The thread backend at the best count, doubling while it pays (work that releases the GIL)."""
-        if not self.limits.threads:
+    def _fastest(self) -> Trial | None:
+        usable = [t for t in self.trials if t.usable]
+        return max(usable, key=lambda t: t.batches_per_s) if usable else None
+
+    def _threads(self, best: Trial | None) -> None:
+        """The thread backend at the best count (2 at least), doubling while it pays (work that releases the
+        GIL); `best` is the trial to beat."""
+        if not self.limits.threads or best is None:
             return
         previous = None
         count = max(best.settings.num_workers, 2)

@@ -1,0 +1,82 @@
+"""ThreadLoader: a DataLoader's batches in its order, from threads, and nothing kept once an epoch is left."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.threads import ThreadLoader, threads_available
+
+pytestmark = pytest.mark.skipif(not threads_available(), reason="the thread backend needs torchdata")
+
+
+class Counted:
+    """A sample that counts how many of its kind are alive."""
+
+    alive = 0
+    lock = threading.Lock()
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        with Counted.lock:
+            Counted.alive += 1
+
+    def __del__(self) -> None:
+        with Counted.lock:
+            Counted.alive -= 1
+
+
+class CountedSamples(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> Counted:
+        return Counted(index)
+
+
+class Squares(Dataset):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index * index])
+
+
+def _thread_loader(dataset: Dataset, **loader_kwargs) -> ThreadLoader:
+    spec = LoaderSpec.from_loader(DataLoader(dataset, **loader_kwargs))
+    loader = spec.build(Settings(num_workers=2, prefetch_factor=4, backend="thread"))
+    assert isinstance(loader, ThreadLoader)
+    return loader
+
+
+def test_batches_come_in_the_samplers_order_as_a_dataloaders_do():
+    loader = _thread_loader(Squares(), batch_size=3)
+    expected = [batch.tolist() for batch in DataLoader(Squares(), batch_size=3)]
+    assert [batch.tolist() for batch in loader] == expected
+    assert [batch.tolist() for batch in loader] == expected  # a second epoch too
+
+
+def test_a_loop_that_leaves_an_epoch_early_keeps_nothing_its_threads_loaded_ahead():
+    loader = _thread_loader(CountedSamples(), batch_size=1, collate_fn=lambda samples: samples[0])
+    before = set(threading.enumerate())
+    gc.collect()
+    gc.disable()  # what is freed must be freed by its last reference going, as a loop's `break` drops it
+    try:
+        iterator = iter(loader)
+        first = next(iterator)
+        deadline = time.monotonic() + 5.0
+        while Counted.alive < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the threads load ahead, up to 2 threads x prefetch 4
+        assert Counted.alive >= 4
+        del iterator
+        assert Counted.alive == 1, "the samples loaded ahead stay in memory until a garbage collection"
+        assert first.index == 0
+    finally:
+        gc.enable()
+    assert [t for t in threading.enumerate() if t not in before] == []  # its threads ended too
