@@ -75,8 +75,11 @@ def test_a_loop_that_leaves_an_epoch_early_keeps_nothing_its_threads_loaded_ahea
             time.sleep(0.01)  # the threads load ahead, up to 2 threads x prefetch 4
         assert Counted.alive >= 4
         del iterator
+        deadline = time.monotonic() + 5.0  # its threads end within 0.1 s of their stop, or of their sample
+        while [t for t in threading.enumerate() if t not in before] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [t for t in threading.enumerate() if t not in before] == []
         assert Counted.alive == 1, "the samples loaded ahead stay in memory until a garbage collection"
         assert first.index == 0
     finally:
         gc.enable()
-    assert [t for t in threading.enumerate() if t not in before] == []  # its threads ended too
