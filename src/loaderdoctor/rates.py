@@ -16,9 +16,10 @@ from loaderdoctor.recording import (
 
 # The one notion of a rate. A training loop's epoch costs its overhead (iter() to the first batch, and at its
 # end StopIteration and the ending of workers that do not persist) plus, for each batch, the steady interval
-# (the wait in next() and the step). Rates are batches per second over such an epoch, as a plain loop running
-# epoch after epoch measures them; the one start-up of persistent workers is paid once per run and reported
-# apart (first_startup_s), not spread over epochs.
+# (the wait in next(), then the loop's time to the next next(): the step, and releasing the last batch).
+# Rates are batches per second over such an epoch, as a plain loop running epoch after epoch measures them;
+# the one start-up of persistent workers is paid once per run and reported apart (first_startup_s), not
+# spread over epochs.
 
 
 def interval_s(rec: Recording, window: Window | None = None) -> float | None:

@@ -6,12 +6,14 @@ import dataclasses
 
 import pytest
 from recordings import make_recording
+from rich.console import Console
 
 from loaderdoctor.limit import MAX_IO_WORKERS, host_limit, limit_words, share_of_limit
 from loaderdoctor.rates import training_rate
+from loaderdoctor.render.tune import render
 from loaderdoctor.report import LoaderReport, Verification
 from loaderdoctor.settings import Settings
-from loaderdoctor.tune.result import LoaderTuning
+from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial
 from loaderdoctor.usage import worker_cpu_per_batch
@@ -131,10 +133,29 @@ def test_the_tuners_report_states_the_limit_its_worker_trials_measured():
     limits = Limits(2.0, 8 * 2**30, None, 8, "fork", False, False)
     tuning = LoaderTuning("train", [baseline, two], baseline, two, limits, 10.0, "converged", 20.0)
     assert baseline.limit_batches_per_s is None
-    assert tuning.limit_dict() == {"batches_per_s": 39.0, "binds": "loading-cpu", "trial": 2}
+    assert tuning.limit_dict() == {"batches_per_s": 39.0, "binds": "loading-cpu", "trial": 2, "note": None}
     data = tuning.to_dict()
     assert data["share_of_limit"] == pytest.approx(37.5 / 39, abs=0.001)
     assert data["baseline_share_of_limit"] == pytest.approx(16 / 39, abs=0.001)
+
+
+def test_threads_past_the_limit_worker_processes_measured_are_told_why():
+    # memory-heavy: 2 worker processes copy each 64 MB batch through shared memory (limit 25.3 batches/s, their
+    # CPU counted); 2 threads pass the batches as they are and run at 33.
+    two = Trial(2, Settings(num_workers=2, persistent_workers=True), "workers", "measured")
+    two.runs.append(Measurement(24.3, "completed", 2.0, limit_batches_per_s=25.3, limit_binds="loading-cpu"))
+    threads = Trial(3, Settings(num_workers=2, backend="thread"), "threads", "measured")
+    threads.runs.append(Measurement(33.0, "completed", 2.0, limit_batches_per_s=20.0, limit_binds="loading-cpu"))
+    limits = Limits(2.0, 8 * 2**30, None, 8, "fork", False, True)
+    tuning = LoaderTuning("train", [two, threads], two, threads, limits, 10.0, "converged", 20.0)
+    limit = tuning.limit_dict()
+    assert limit is not None and limit["trial"] == 2 and tuning.share_of_limit(threads) == pytest.approx(33 / 25.3)
+    assert "worker processes, which copy each batch" in limit["note"]
+    console = Console(record=True, width=200)
+    render(TuneReport("demo", {"train": tuning}), console)
+    assert "(the limit was measured with worker processes, which copy each batch" in console.export_text()
+    within = LoaderTuning("train", [two, threads], threads, two, limits, 10.0, "converged", 20.0)
+    assert within.limit_dict()["note"] is None  # the choice is within the limit: nothing to explain
 
 
 def _report_with_fix(verdict: str, before: float, after: float, before_outcome: str = "completed") -> LoaderReport:

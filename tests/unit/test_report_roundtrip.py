@@ -199,7 +199,7 @@ def test_a_tune_report_keeps_its_chosen_and_baseline_among_its_trials():
     assert train.chosen is train.trials[1] and train.baseline is train.trials[0]  # the renderers compare with `is`
     assert train.trials[1].runs[1].memory_bytes == 2 * 412 * MIB and train.trials[1].memory_bytes == 2 * 412 * MIB
     assert train.speedup == was.speedup and train.limit_dict() == was.limit_dict() == {
-        "batches_per_s": 39.5, "binds": "step", "trial": 2,
+        "batches_per_s": 39.5, "binds": "step", "trial": 2, "note": None,
     }  # fmt: skip
     assert train.found and train.settings == WORKERS and train.limits == was.limits
     assert train.trials[2].runs[0].error == "no batch came for 10 s" and not train.trials[2].usable

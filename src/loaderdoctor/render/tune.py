@@ -138,4 +138,6 @@ def _limit(tuning: LoaderTuning) -> Text:
     known = [f"{what} at {share:.0%}" for what, share in shares if share is not None]
     if known:
         text += "; " + " and ".join(known) + " of it"
+    if limit["note"]:
+        text += f" (the limit was {limit['note']})"
     return Text(text, style="dim")

@@ -72,7 +72,8 @@ def _limit_words(tuning: LoaderTuning) -> str:
         (what, tuning.share_of_limit(t)) for what, t in (("baseline", tuning.baseline), ("choice", tuning.chosen))
     ]
     known = [f"the {what} at {share:.0%}" for what, share in shares if share is not None]
-    return text + ("; " + " and ".join(known) + " of it" if known else "")
+    note = f" (the limit was {limit['note']})" if limit["note"] else ""
+    return text + ("; " + " and ".join(known) + " of it" if known else "") + note
 
 
 # Each kind of loading in the same colour on every chart.
