@@ -3,8 +3,10 @@ like a DataLoader, for work that releases the GIL."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -12,7 +14,7 @@ import torch
 
 from loaderdoctor.errors import UsageError
 
-# How long the reaper waits for each of a stopped epoch's threads (one stuck in a sample is left to end alone).
+# How long the reaper waits for a stopped epoch's threads (one stuck in a sample is left to end alone).
 _REAP_WAIT_S = 5.0
 INSTALL_HINT = "pip install torchdata (0.11 or later), or install loaderdoctor with its [threads] extra"
 
@@ -68,7 +70,8 @@ class _ThreadIterator:
         # in memory until a full garbage collection (memory-heavy's epochs cut short left 1 GB each, until a
         # tuner's process held 8 GB and loaded 3x slower). So the cycle is broken, and the queues emptied now
         # and again once the threads have ended.
-        loader, self._loader, self._inner = self._loader, None, None
+        loader = getattr(self, "_loader", None)  # None too when iter() raised in __init__
+        self._loader = self._inner = None
         if loader is None:
             return
         iterators = []
@@ -81,7 +84,12 @@ class _ThreadIterator:
                     _stop(iterator)
             node = getattr(node, "source", None)
         loader._it = None
-        threading.Thread(target=_reap, args=(iterators,), name="loaderdoctor-thread-reaper", daemon=True).start()
+        # Not a daemon: the interpreter waits for it, and so for the threads it waits for, before it exits (a
+        # thread still in torch's code as the process ends aborts it: "terminate called without an active
+        # exception").
+        reaper = threading.Thread(target=_reap, args=(iterators,), name="loaderdoctor-thread-reaper")
+        with contextlib.suppress(RuntimeError):  # the interpreter is shutting down: its threads end with it
+            reaper.start()
 
 
 def _stop(iterator: Any) -> None:
@@ -95,13 +103,14 @@ def _stop(iterator: Any) -> None:
 
 
 def _reap(iterators: list[Any]) -> None:
-    """Wait for the stopped iterators' threads to end (those stuck in a sample: a while), then drop what they
-    queued as they ended."""
+    """Wait for the stopped iterators' threads to end (REAP_WAIT_S at most: one stuck in a sample is left to
+    end with the process), then drop what they queued as they ended."""
+    deadline = time.monotonic() + _REAP_WAIT_S
     for iterator in iterators:
         for value in list(vars(iterator).values()):
             for thread in value if isinstance(value, list) else [value]:
                 if isinstance(thread, threading.Thread) and thread is not threading.current_thread():
-                    thread.join(timeout=_REAP_WAIT_S)
+                    thread.join(timeout=max(0.0, deadline - time.monotonic()))
     for iterator in iterators:
         _stop(iterator)
 

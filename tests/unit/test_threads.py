@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 import time
 
@@ -83,3 +85,36 @@ def test_a_loop_that_leaves_an_epoch_early_keeps_nothing_its_threads_loaded_ahea
         assert first.index == 0
     finally:
         gc.enable()
+
+
+EXITS_AFTER_LEAVING_AN_EPOCH = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+from loaderdoctor.settings import LoaderSpec, Settings
+
+class Frames(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        frame = torch.empty(1024, 2048)
+        frame[...] = torch.arange(2048.0)  # torch's own code, where a thread still running at exit aborts it
+        return frame + index
+
+loader = LoaderSpec.from_loader(DataLoader(Frames(), batch_size=4)).build(
+    Settings(num_workers=4, prefetch_factor=2, backend="thread")
+)
+for number, batch in enumerate(loader):
+    if number == 2:
+        break
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_ends_right_after_leaving_an_epoch_exits_cleanly():
+    # Measured: with the stopped threads left to end alone, the process aborted in 3 runs of 3 ("terminate called
+    # without an active exception", SIGABRT).
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", EXITS_AFTER_LEAVING_AN_EPOCH], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "terminate called" not in done.stderr
