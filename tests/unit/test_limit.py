@@ -150,10 +150,10 @@ def test_threads_past_the_limit_worker_processes_measured_are_told_why():
     tuning = LoaderTuning("train", [two, threads], two, threads, limits, 10.0, "converged", 20.0)
     limit = tuning.limit_dict()
     assert limit is not None and limit["trial"] == 2 and tuning.share_of_limit(threads) == pytest.approx(33 / 25.3)
-    assert "worker processes, which copy each batch" in limit["note"]
+    assert "worker processes, whose CPU counts copying each batch" in limit["note"]
     console = Console(record=True, width=200)
     render(TuneReport("demo", {"train": tuning}), console)
-    assert "(the limit was measured with worker processes, which copy each batch" in console.export_text()
+    assert "(the limit was measured with worker processes, whose CPU counts copying" in console.export_text()
     within = LoaderTuning("train", [two, threads], threads, two, limits, 10.0, "converged", 20.0)
     assert within.limit_dict()["note"] is None  # the choice is within the limit: nothing to explain
 

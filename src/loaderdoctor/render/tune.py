@@ -123,14 +123,14 @@ def _choice(tuning: LoaderTuning) -> Group:
 BINDS_WORDS = {"loading-cpu": "loading's CPU binds", "loading-io": "loading's waits bind", "step": "the step binds"}
 
 
-def _limit(tuning: LoaderTuning) -> Text:
-    """'this host's limit: 39.1 batches/s (loading's CPU binds, measured in trial 4); the baseline ran at 41% of
-    it, the choice at 96%'."""
+def limit_words(tuning: LoaderTuning) -> str:
+    """'39.1 batches/s (loading's CPU binds, measured in trial 4); the baseline at 41% and the choice at 96% of
+    it', or why it is unknown (the terminal's and the HTML page's words alike)."""
     limit = tuning.limit_dict()
     if limit is None:
-        return Text("this host's limit: unknown (no trial with worker processes measured it)", style="dim")
+        return "unknown (no trial with worker processes measured it)"
     binds = BINDS_WORDS.get(limit["binds"] or "", "what binds is unknown")
-    text = f"this host's limit: {limit['batches_per_s']:.1f} batches/s ({binds}, measured in trial {limit['trial']})"
+    text = f"{limit['batches_per_s']:.1f} batches/s ({binds}, measured in trial {limit['trial']})"
     shares = [
         (what, tuning.share_of_limit(trial))
         for what, trial in (("the baseline", tuning.baseline), ("the choice", tuning.chosen))
@@ -140,4 +140,8 @@ def _limit(tuning: LoaderTuning) -> Text:
         text += "; " + " and ".join(known) + " of it"
     if limit["note"]:
         text += f" (the limit was {limit['note']})"
-    return Text(text, style="dim")
+    return text
+
+
+def _limit(tuning: LoaderTuning) -> Text:
+    return Text(f"this host's limit: {limit_words(tuning)}", style="dim")

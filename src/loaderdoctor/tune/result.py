@@ -68,7 +68,10 @@ class LoaderTuning:
         share = self.share_of_limit(self.chosen)
         if share is None or share <= 1.0 or self.chosen.settings.backend != "thread":
             return None
-        return "measured with worker processes, which copy each batch between processes; the choice's threads do not"
+        return (
+            "measured with worker processes, whose CPU counts copying each batch between processes; "
+            "threads copy none"
+        )
 
     def share_of_limit(self, trial: Trial) -> float | None:
         limit = self.limit_trial

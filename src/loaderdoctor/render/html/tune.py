@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from loaderdoctor.render.html.page import code, data_table, document, facts_table, section, verdict_box
 from loaderdoctor.render.html.svg import Highlight, Series, line_chart
-from loaderdoctor.render.tune import BINDS_WORDS, trial_cells
+from loaderdoctor.render.tune import limit_words, trial_cells
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.trial import Trial
 from loaderdoctor.words import plural
@@ -31,7 +31,7 @@ def _loader(tuning: LoaderTuning) -> str:
             f"{limits.cores:g} cores, {limits.memory_bytes / 2**30:.1f} GB of memory, "
             f"at most {plural(limits.max_workers, 'worker')}",
         ),
-        ("host's limit", _limit_words(tuning)),
+        ("host's limit", limit_words(tuning)),
     ]
     parts = [
         _choice(tuning),
@@ -60,20 +60,6 @@ def _choice(tuning: LoaderTuning) -> str:
     if tuning.step_ms is not None and chosen.keeps_up:
         why += f"; the cheapest settings found that keep up with the {tuning.step_ms:.0f} ms step"
     return verdict_box("good", "chosen", chosen.settings.describe() + gain, [why], code(chosen.settings.snippet()))
-
-
-def _limit_words(tuning: LoaderTuning) -> str:
-    limit = tuning.limit_dict()
-    if limit is None:
-        return "unknown (no trial with worker processes measured it)"
-    binds = BINDS_WORDS.get(limit["binds"] or "", "what binds is unknown")
-    text = f"{limit['batches_per_s']:.1f} batches/s ({binds}, measured in trial {limit['trial']})"
-    shares = [
-        (what, tuning.share_of_limit(t)) for what, t in (("baseline", tuning.baseline), ("choice", tuning.chosen))
-    ]
-    known = [f"the {what} at {share:.0%}" for what, share in shares if share is not None]
-    note = f" (the limit was {limit['note']})" if limit["note"] else ""
-    return text + ("; " + " and ".join(known) + " of it" if known else "") + note
 
 
 # Each kind of loading in the same colour on every chart.
