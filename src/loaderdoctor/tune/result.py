@@ -69,8 +69,7 @@ class LoaderTuning:
         if share is None or share <= 1.0 or self.chosen.settings.backend != "thread":
             return None
         return (
-            "measured with worker processes, whose CPU counts copying each batch between processes; "
-            "threads copy none"
+            "measured with worker processes, whose CPU counts copying each batch between processes; threads copy none"
         )
 
     def share_of_limit(self, trial: Trial) -> float | None:
