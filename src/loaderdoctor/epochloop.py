@@ -96,6 +96,12 @@ class EpochLoop:
                 typical_copies=self.tally.typical_copies,
             )
         )
+        if ended == "time":
+            # Threads stopped in the middle of an epoch finish the batches they were loading; a loop of whole
+            # epochs never starts its next epoch beside that work: the next epoch starts once they have ended.
+            wait_stopped = getattr(iterator.inner, "wait_stopped", None)
+            if wait_stopped is not None:
+                wait_stopped()
 
     def _failure(self, epoch: int, batch: int, error: BaseException) -> str | None:
         """How `error` ends the run ("stall", "worker-died") with the outcome recorded; None when it does not

@@ -48,6 +48,7 @@ class _ThreadIterator:
     def __init__(self, loader: Any) -> None:
         self._loader: Any = loader
         self._inner: Any = iter(loader)
+        self._reaper: threading.Thread | None = None
 
     def __iter__(self) -> _ThreadIterator:
         return self
@@ -90,6 +91,14 @@ class _ThreadIterator:
         reaper = threading.Thread(target=_reap, args=(iterators,), name="loaderdoctor-thread-reaper")
         with contextlib.suppress(RuntimeError):  # the interpreter is shutting down: its threads end with it
             reaper.start()
+            self._reaper = reaper
+
+    def wait_stopped(self) -> None:
+        """After _shutdown_workers(): wait until the stopped threads have ended (REAP_WAIT_S at most). Threads
+        stopped in the middle of an epoch finish the batch each was loading; a loop of whole epochs never
+        overlaps that work with its next epoch's start, so a measurement that cuts epochs short waits here."""
+        if self._reaper is not None:
+            self._reaper.join()
 
 
 def _stop(iterator: Any) -> None:
