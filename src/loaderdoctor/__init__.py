@@ -8,6 +8,7 @@ from loaderdoctor.report import Finding, Report, Verification
 from loaderdoctor.scale.report import ScaleReport
 from loaderdoctor.scale.run import scale
 from loaderdoctor.settings import Settings
+from loaderdoctor.threads import ThreadLoader
 from loaderdoctor.tune import TuneReport, tune
 from loaderdoctor.watch import WatchedLoader, watch
 from loaderdoctor.workload import Workload
@@ -23,6 +24,7 @@ __all__ = [
     "Report",
     "ScaleReport",
     "Settings",
+    "ThreadLoader",
     "TuneReport",
     "UsageError",
     "Verification",

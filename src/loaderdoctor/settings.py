@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, default_collate, default_convert
+from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.words import plural
@@ -126,8 +126,8 @@ class Settings:
         }
 
     def snippet(self) -> str:
-        """Paste-ready code that creates a DataLoader with these settings (a torchdata.nodes loader for the
-        thread backend)."""
+        """Paste-ready code that creates a DataLoader with these settings (loaderdoctor's ThreadLoader for the
+        thread backend: the loader tune measured)."""
         if self.backend == "thread":
             return _thread_snippet(self)
         args = ["dataset", "batch_size=..."]
@@ -154,19 +154,16 @@ class Settings:
 
 
 def _thread_snippet(settings: Settings) -> str:
-    pin = "\nnode = tn.PinMemory(node)" if settings.pin_memory else ""
+    args = ["dataset", "batch_size=...", f"num_workers={settings.num_workers}"]
+    if settings.prefetch_factor not in (None, 2):
+        args.append(f"prefetch_factor={settings.prefetch_factor}")
+    if settings.pin_memory:
+        args.append("pin_memory=True")
     return (
-        "import torchdata.nodes as tn  # pip install torchdata\n"
-        "from torch.utils.data import BatchSampler, RandomSampler, default_collate\n"
+        "from loaderdoctor import ThreadLoader  # pip install torchdata\n"
         "\n"
-        "def load_batch(indices):\n"
-        "    return default_collate([dataset[i] for i in indices])\n"
-        "\n"
-        "batches = tn.SamplerWrapper(BatchSampler(RandomSampler(dataset), batch_size=..., drop_last=False))\n"
-        f"node = tn.ParallelMapper(batches, map_fn=load_batch, num_workers={settings.num_workers}, "
-        'method="thread")\n'
-        f"node = tn.Prefetcher(node, prefetch_factor={settings.prefetch_factor or 2}){pin}\n"
-        "loader = tn.Loader(node)  # iterate it once per epoch, like a DataLoader"
+        "# DataLoader's arguments; its batches are loaded by threads of this process\n"
+        "loader = ThreadLoader(" + ", ".join(args) + ")"
     )
 
 
@@ -295,20 +292,17 @@ class LoaderSpec:
                 "the thread backend loads map-style datasets only (it hands indices to its threads)",
                 hint="use worker processes (backend='process') for an IterableDataset",
             )
-        if self.batch_sampler is not None:
-            sampler, batched = self.batch_sampler, True
-        elif self.batch_size is not None:
-            sampler, batched = BatchSampler(self.sampler, self.batch_size, self.drop_last), True
-        else:
-            sampler, batched = self.sampler, False
-        collate_fn = self.collate_fn or (default_collate if batched else default_convert)
+        batching: dict[str, Any] = (
+            {"batch_sampler": self.batch_sampler}
+            if self.batch_sampler is not None
+            else {"sampler": self.sampler, "batch_size": self.batch_size, "drop_last": self.drop_last}
+        )
         return ThreadLoader(
             dataset,
-            sampler=sampler,
-            batched=batched,
-            batch_size=self.batch_size,
-            collate_fn=collate_fn,
-            threads=settings.num_workers,
-            prefetch_factor=settings.prefetch_factor or 2,
+            **batching,
+            num_workers=settings.num_workers,
+            collate_fn=self.collate_fn,
             pin_memory=settings.pin_memory,
+            prefetch_factor=settings.prefetch_factor or 2,
+            generator=self.generator,
         )

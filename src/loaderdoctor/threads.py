@@ -1,5 +1,5 @@
-"""ThreadLoader: a map-style dataset's batches loaded by threads of the main process (torchdata.nodes), iterated
-like a DataLoader, for work that releases the GIL."""
+"""ThreadLoader: a DataLoader whose batches threads of the main process load (torchdata.nodes), for a map-style
+dataset whose work releases the GIL: what tune measures for the thread backend, and what its report hands on."""
 
 from __future__ import annotations
 
@@ -7,10 +7,19 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
+from torch.utils.data import (
+    BatchSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    default_collate,
+    default_convert,
+)
 
 from loaderdoctor.errors import UsageError
 
@@ -125,40 +134,82 @@ def _reap(iterators: list[Any]) -> None:
 
 
 class ThreadLoader:
-    """Iterates a map-style dataset like a DataLoader, loading each batch in one of `threads` threads of this
-    process, at most `prefetch_factor` batches ahead, in the sampler's order."""
+    """A DataLoader whose batches `num_workers` threads of this process load (torchdata.nodes), at most
+    `prefetch_factor` batches ahead, in the sampler's order: for a map-style dataset whose loading releases the
+    GIL. It takes DataLoader's arguments for what it does, raises as DataLoader does on the same mistakes, and
+    draws from the random generators as DataLoader does, so a seeded shuffle gives DataLoader's order. Threads
+    start afresh each epoch (they cost next to nothing to start) and share the process's random state."""
 
-    persistent_workers = False  # threads start afresh each epoch: they cost next to nothing to start
+    persistent_workers = False
 
     def __init__(
         self,
         dataset: Any,
-        *,
-        sampler: Sequence[Any] | Any,
-        batched: bool,
-        batch_size: int | None,
-        collate_fn: Callable[[Any], Any],
-        threads: int,
-        prefetch_factor: int,
-        pin_memory: bool,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Sampler[Any] | Iterable[Any] | None = None,
+        batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None = None,
+        num_workers: int = 2,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        prefetch_factor: int = 2,
+        generator: torch.Generator | None = None,
     ) -> None:
         if not threads_available():
             raise UsageError("the thread backend needs torchdata, which is not installed", hint=INSTALL_HINT)
+        if isinstance(dataset, IterableDataset):
+            raise UsageError(
+                "the thread backend loads map-style datasets only (it hands indices to its threads)",
+                hint="use worker processes (torch's DataLoader with num_workers) for an IterableDataset",
+            )
+        if num_workers < 1 or prefetch_factor < 1:
+            raise ValueError(
+                f"ThreadLoader needs num_workers and prefetch_factor of 1 or more, not {num_workers} and "
+                f"{prefetch_factor} (torch's DataLoader loads in the main process with num_workers=0)"
+            )
+        # DataLoader's checks, in its words.
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last"
+                )
+            batch_size, drop_last = None, False
+        elif batch_size is None and drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with drop_last")
+        if sampler is None:
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.dataset = dataset
-        self.sampler = sampler  # of batches of indices when batched, else of single indices
         self.batch_size = batch_size
-        self.num_workers = threads
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
         self.pin_memory = pin_memory
-        self._load = _LoadBatch(dataset, collate_fn, batched)
+        self.generator = generator
+        batched = batch_sampler is not None
+        self.collate_fn = collate_fn or (default_collate if batched else default_convert)
+        self._load = _LoadBatch(dataset, self.collate_fn, batched)
+
+    @property
+    def _index_sampler(self) -> Any:
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return len(self._index_sampler)
 
     def __iter__(self) -> Iterator[Any]:
         import torchdata.nodes as tn
 
-        node = tn.SamplerWrapper(self.sampler)
+        # DataLoader draws its workers' base seed from the generator at every iter(), before the sampler draws
+        # its own: drawn here too, the sampler sees the same random state and gives the same order.
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        node = tn.IterableWrapper(self._index_sampler)  # not SamplerWrapper: it sets a sampler's epoch itself
         node = tn.ParallelMapper(node, map_fn=self._load, num_workers=self.num_workers, method="thread")
         node = tn.Prefetcher(node, prefetch_factor=self.prefetch_factor)
         if self.pin_memory and torch.cuda.is_available():

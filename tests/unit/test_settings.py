@@ -338,8 +338,10 @@ def test_the_thread_backend_refuses_an_iterable_dataset():
         spec.build(Settings(num_workers=2, prefetch_factor=2, backend="thread"))
 
 
-def test_the_thread_snippet_builds_a_torchdata_loader():
+def test_the_thread_snippet_builds_the_loader_tune_measured():
     snippet = Settings(num_workers=8, prefetch_factor=4, backend="thread").snippet()
-    assert 'tn.ParallelMapper(batches, map_fn=load_batch, num_workers=8, method="thread")' in snippet
-    assert "prefetch_factor=4" in snippet
-    compile(snippet.replace("batch_size=...", "batch_size=2"), "<snippet>", "exec")
+    assert "loader = ThreadLoader(dataset, batch_size=..., num_workers=8, prefetch_factor=4)" in snippet
+    code = compile(snippet.replace("batch_size=...", "batch_size=2"), "<snippet>", "exec")
+    scope = {"dataset": list(range(5))}
+    exec(code, scope)
+    assert [batch.tolist() for batch in scope["loader"]] == [[0, 1], [2, 3], [4]]
