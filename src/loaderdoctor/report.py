@@ -55,6 +55,7 @@ def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
         "wall_s": round(rec.wall_s, 3),
         "run_batches_per_s": round(batches_per_s(rec), 3),
         "step_ms": _ms(rec.step_s),
+        "wait_ms_mean": _ms(statistics.mean(steady_waits) if steady_waits else None),
         "wait_ms_p50": _ms(statistics.median(steady_waits) if steady_waits else None),
         "wait_ms_p95": _ms(_percentile(steady_waits, 0.95)),
         "batch_mb": None if batch_bytes is None else round(batch_bytes / 2**20, 3),

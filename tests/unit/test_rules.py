@@ -33,6 +33,7 @@ def test_input_bound_in_main_process_suggests_a_worker_per_core():
     assert finding.title == "The training step waits for data 38% of the time"
     assert finding.evidence == {
         "wait_fraction": 0.375,
+        "wait_ms_mean": 30.0,
         "wait_ms_p50": 30.0,
         "step_ms": 50.0,
         "num_workers": 0,

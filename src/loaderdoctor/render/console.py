@@ -74,8 +74,7 @@ def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
         rows.append(("machine", busy))
     if m["wait_fraction"] is not None:
         waiting = (
-            f"{m['wait_fraction'] * 100:.0f}% of the time (median {m['wait_ms_p50']:.1f} ms per batch, "
-            f"training step {m['step_ms']:.1f} ms)"
+            f"{m['wait_fraction'] * 100:.0f}% of the time ({_wait_per_batch(m)}, training step {m['step_ms']:.1f} ms)"
         )
         rows.append(("waiting", waiting))
     else:
@@ -204,6 +203,15 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     if v.helped and v.source != "lock-free":
         lines.append(Padding(code_block(v.settings.snippet()), (0, 0, 0, 4)))
     return Group(*lines)
+
+
+def _wait_per_batch(m: dict[str, Any]) -> str:
+    """The wait per batch in words: the mean (what the wait's share of the time is made of), with the median
+    beside it, since waits are often bimodal (most batches ready, every few a long wait)."""
+    mean, median = m.get("wait_ms_mean"), m.get("wait_ms_p50")
+    if mean is None:  # a report saved before the mean was kept
+        return f"median {median:.1f} ms per batch"
+    return f"{mean:.1f} ms per batch on average, median {median:.1f} ms"
 
 
 def code_block(snippet: str) -> Syntax:

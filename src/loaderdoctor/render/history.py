@@ -169,7 +169,9 @@ def measured_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     if m.get("wait_fraction") is not None:
         waiting = f"{m['wait_fraction'] * 100:.0f}% of the time"
         details = []
-        if m.get("wait_ms_p50") is not None:
+        if m.get("wait_ms_mean") is not None:
+            details.append(f"{m['wait_ms_mean']:.1f} ms per batch on average, median {m['wait_ms_p50']:.1f} ms")
+        elif m.get("wait_ms_p50") is not None:
             details.append(f"median {m['wait_ms_p50']:.1f} ms per batch")
         if m.get("step_ms") is not None:
             details.append(f"training step {m['step_ms']:.1f} ms")

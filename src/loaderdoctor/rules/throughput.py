@@ -151,6 +151,7 @@ def input_bound(rec: Recording) -> Finding | None:
         title=f"The training step waits for data {percent(fraction)} of the time",
         evidence={
             "wait_fraction": round(fraction, 3),
+            "wait_ms_mean": round(statistics.mean(waits) * 1000, 2),
             "wait_ms_p50": round(statistics.median(waits) * 1000, 2),
             "step_ms": round(rec.step_s * 1000, 2),
             "num_workers": rec.settings.num_workers,
