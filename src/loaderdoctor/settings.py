@@ -285,13 +285,8 @@ class LoaderSpec:
             )
 
     def _build_threads(self, settings: Settings, dataset: Any) -> Any:
-        from loaderdoctor.threads import ThreadLoader
+        from loaderdoctor.threads import ThreadLoader  # it refuses an IterableDataset, saying what to use
 
-        if self.is_iterable:
-            raise UsageError(
-                "the thread backend loads map-style datasets only (it hands indices to its threads)",
-                hint="use worker processes (backend='process') for an IterableDataset",
-            )
         batching: dict[str, Any] = (
             {"batch_sampler": self.batch_sampler}
             if self.batch_sampler is not None

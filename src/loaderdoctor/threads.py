@@ -161,7 +161,8 @@ class ThreadLoader:
         if isinstance(dataset, IterableDataset):
             raise UsageError(
                 "the thread backend loads map-style datasets only (it hands indices to its threads)",
-                hint="use worker processes (torch's DataLoader with num_workers) for an IterableDataset",
+                hint="use worker processes (backend='process', torch's DataLoader with num_workers) for an "
+                "IterableDataset",
             )
         if num_workers < 1 or prefetch_factor < 1:
             raise ValueError(

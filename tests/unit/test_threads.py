@@ -88,11 +88,21 @@ def test_a_loop_that_leaves_an_epoch_early_keeps_nothing_its_threads_loaded_ahea
         gc.enable()
 
 
+def _loading_threads() -> int:
+    return sum("_apply_udf" in thread.name for thread in threading.enumerate())
+
+
 class SlowSamples(Dataset):
+    """Each sample takes 50 ms (the GIL released); the most loading threads seen alive while one loads."""
+
+    def __init__(self) -> None:
+        self.most_loading = 0
+
     def __len__(self) -> int:
         return 100
 
     def __getitem__(self, index: int) -> int:
+        self.most_loading = max(self.most_loading, _loading_threads())
         time.sleep(0.05)
         return index
 
@@ -104,7 +114,7 @@ class ThreadsAtEachEpochsStart(Sampler[int]):
         self.alive: list[int] = []
 
     def __iter__(self):
-        self.alive.append(sum("_apply_udf" in thread.name for thread in threading.enumerate()))
+        self.alive.append(_loading_threads())
         return iter(range(100))
 
     def __len__(self) -> int:
@@ -116,10 +126,11 @@ def test_a_probes_next_epoch_starts_once_the_threads_of_the_one_it_cut_have_ende
     # Threads stopped mid-epoch finish the sample each was loading; a loop of whole epochs never starts an epoch
     # beside that work (measured on memory-heavy: later epochs' first batch took 90-230 ms, 46-68 in a plain loop,
     # and the probe read 10% below a plain loop's rate).
-    sampler = ThreadsAtEachEpochsStart()
-    spec = LoaderSpec.from_loader(DataLoader(SlowSamples(), sampler=sampler, batch_size=None))
+    sampler, dataset = ThreadsAtEachEpochsStart(), SlowSamples()
+    spec = LoaderSpec.from_loader(DataLoader(dataset, sampler=sampler, batch_size=None))
     rec = probe(spec, Settings(num_workers=2, prefetch_factor=2, backend="thread"), budget_s=1.2, epochs=3)
     assert [epoch.ended for epoch in rec.epochs] == ["time"] * 3
+    assert dataset.most_loading == 2  # the count sees torchdata's loading threads (it would see none if renamed)
     assert sampler.alive == [0, 0, 0]
 
 

@@ -74,7 +74,7 @@ def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
         rows.append(("machine", busy))
     if m["wait_fraction"] is not None:
         waiting = (
-            f"{m['wait_fraction'] * 100:.0f}% of the time ({_wait_per_batch(m)}, training step {m['step_ms']:.1f} ms)"
+            f"{m['wait_fraction'] * 100:.0f}% of the time ({wait_per_batch(m)}, training step {m['step_ms']:.1f} ms)"
         )
         rows.append(("waiting", waiting))
     else:
@@ -205,7 +205,7 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     return Group(*lines)
 
 
-def _wait_per_batch(m: dict[str, Any]) -> str:
+def wait_per_batch(m: dict[str, Any]) -> str:
     """The wait per batch in words: the mean (what the wait's share of the time is made of), with the median
     beside it, since waits are often bimodal (most batches ready, every few a long wait)."""
     mean, median = m.get("wait_ms_mean"), m.get("wait_ms_p50")

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loaderdoctor.history.records import parse_iso
-from loaderdoctor.render.console import finding_view
+from loaderdoctor.render.console import finding_view, wait_per_batch
 from loaderdoctor.report import Finding
 from loaderdoctor.settings import Settings
 from loaderdoctor.words import plural
@@ -169,10 +169,8 @@ def measured_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     if m.get("wait_fraction") is not None:
         waiting = f"{m['wait_fraction'] * 100:.0f}% of the time"
         details = []
-        if m.get("wait_ms_mean") is not None:
-            details.append(f"{m['wait_ms_mean']:.1f} ms per batch on average, median {m['wait_ms_p50']:.1f} ms")
-        elif m.get("wait_ms_p50") is not None:
-            details.append(f"median {m['wait_ms_p50']:.1f} ms per batch")
+        if m.get("wait_ms_p50") is not None:
+            details.append(wait_per_batch(m))
         if m.get("step_ms") is not None:
             details.append(f"training step {m['step_ms']:.1f} ms")
         rows.append(("waiting", waiting + (f" ({', '.join(details)})" if details else "")))
