@@ -106,13 +106,41 @@ def _io_bound(settings: Settings) -> float:
     return 10.0 + 10.0 * min(settings.num_workers, 16)
 
 
-def test_a_computing_loader_climbs_to_the_cores_and_no_further():
+def test_a_computing_loader_climbs_to_the_cores_and_checks_the_estimate_once():
     host = FakeHost(_cpu_bound, cpu_share=0.95)
     result = _search(host).run()
     assert result.chosen.settings.num_workers == 2
     assert result.chosen.settings.persistent_workers and result.chosen.settings.start_method == "fork"
-    assert max(host.counts_run()) == 2  # 4 workers on 2 busy cores was never tried
     assert "computing" in next(t for t in result.trials if t.settings.num_workers == 2).note
+    # One trial past the cores checks the estimate, with a deeper prefetch; no count beyond it is tried.
+    (past,) = [t for t in result.trials if t.settings.num_workers > 2 and t.phase == "workers"]
+    assert (past.settings.num_workers, past.settings.prefetch_factor) == (4, 4)
+    assert "the estimate holds" in past.note
+    assert max(host.counts_run()) == 4
+
+
+def test_quick_mode_trusts_the_estimate():
+    host = FakeHost(_cpu_bound, cpu_share=0.95)
+    _search(host, quick=True).run()
+    assert max(host.counts_run()) == 2  # 4 workers on 2 busy cores was never tried
+
+
+def test_a_step_past_the_estimate_that_is_faster_is_taken_and_refined():
+    # Workers computing on both cores, yet more batches in flight keep the cores busy through the waits the
+    # figures do not show (an epoch's end, batches in order): 4 workers with prefetch 4 are 10% faster.
+    def rate(settings: Settings) -> float:
+        if settings.num_workers <= 2:
+            return 10.0 * max(1, settings.num_workers)
+        return 22.0 if (settings.prefetch_factor or 2) >= 4 else 20.5
+
+    host = FakeHost(rate, cpu_share=0.95)
+    result = _search(host).run()
+    (past,) = [t for t in result.trials if t.settings.num_workers == 4 and t.phase == "workers"]
+    assert past.settings.prefetch_factor == 4 and "1.10x faster" in past.note
+    assert (result.chosen.settings.num_workers, result.chosen.settings.prefetch_factor) == (4, 4)
+    assert 8 not in host.counts_run()
+    # The prefetch is refined from the step's: 8 tried next, never 2.
+    assert {s.prefetch_factor for s in host.ran if s.num_workers == 4} == {4, 8}
 
 
 def test_a_loader_waiting_on_io_goes_past_the_cores_and_stops_where_it_stops_gaining():

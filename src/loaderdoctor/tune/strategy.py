@@ -5,7 +5,8 @@ halving, all through one measure function and within a time budget.
 2. Workers: 0, 1, 2, 4, ... while each doubling is GAIN faster than the best so far (one worker is never the
    end: it does the main process's work elsewhere and shows no parallelism yet). The climb goes past the
    cores only while the workers wait (I/O) rather than compute, and stops early once the loader keeps up
-   with the training step.
+   with the training step or runs near the host's limit. A climb ended by such an estimate takes one more
+   trial outside quick mode: the next count with a deeper prefetch.
 3. Refine (full mode): threads; the counts between the best and its tried neighbours; a larger prefetch.
 4. Final: the fastest few are measured again, the slower half dropped, the rest measured once more.
    Rates within EQUAL of the fastest count as equal and the cheapest of them is chosen; with a training
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoctor.settings import Settings
-from loaderdoctor.tune.space import Limits, candidate, worker_counts
+from loaderdoctor.tune.space import PREFETCH_FACTORS, Limits, candidate, worker_counts
 from loaderdoctor.tune.trial import Measurement, Trial
 from loaderdoctor.words import plural
 
@@ -38,6 +39,7 @@ EQUAL = 0.03  # in the final, rates within 3% of the fastest are equal: the chea
 FINALISTS = 4  # trials measured again in the final (2 in quick mode)
 COMPUTING = 0.85  # workers using this share of the cores already: more than the cores only compete
 NEAR_LIMIT = 0.95  # a trial at this share of the host's limit (limit.py) or more: no setting can do much better
+PAST_PREFETCH = 4  # the prefetch of the one trial that checks a climb ended on an estimate
 
 
 @dataclass
@@ -139,9 +141,10 @@ class Search:
         """Step up the worker counts while each is faster; return the best process trial with workers."""
         best = self._try(candidate(self.limits, 0), "workers")
         best_with_workers = None
-        for count in worker_counts(self.limits)[1:]:
+        counts = worker_counts(self.limits)
+        for position, count in enumerate(counts[1:], start=1):
             if best_with_workers is not None and self._computing(best_with_workers, count):
-                break
+                return self._past_the_estimate(best_with_workers, count)
             trial = self._try(candidate(self.limits, count), "workers")
             if trial is None or not trial.usable:
                 break  # out of time, or more workers broke it: more still would not mend it
@@ -158,8 +161,29 @@ class Search:
                     f"{trial.batches_per_s / (trial.limit_batches_per_s or 1):.0%} of this host's limit "
                     f"({trial.limit_batches_per_s:.1f} batches/s): more workers cannot do much better"
                 )
+                if position + 1 < len(counts):
+                    return self._past_the_estimate(trial, counts[position + 1])
                 break
         return best_with_workers
+
+    def _past_the_estimate(self, best: Trial, count: int) -> Trial:
+        """The climb ends at `best` on an estimate (its workers keep the cores busy, or it runs near the host's
+        limit); outside quick mode one trial past it checks the estimate: `count` workers with a deeper prefetch,
+        more batches in flight to keep the cores busy through the waits that a run's figures do not show (an
+        epoch's end, batches delivered in order). On a 2-core host, 8 workers with prefetch 8 ran pure-Python
+        loading 5-15% faster than 2 workers with prefetch 2, the cores busy 96% of the time against 90%.
+        Returns the better of the two."""
+        if self.quick:
+            return best
+        trial = self._try(candidate(self.limits, count, prefetch_factor=PAST_PREFETCH), "workers")
+        if trial is None or not trial.usable:
+            return best
+        ratio = self._ratio(trial, best)
+        if ratio >= GAIN:
+            trial.note = f"{ratio:.2f}x faster than {best.settings.brief()}: past where the estimate ended the climb"
+            return trial
+        trial.note = trial.note or f"not {GAIN:.2f}x faster than {best.settings.brief()}: the estimate holds"
+        return best
 
     def _between(self, best: Trial) -> Trial:
         """Try the counts halfway to the best's tried neighbours (6 between 4 and 8)."""
@@ -177,7 +201,7 @@ class Search:
 
     def _prefetch(self, best: Trial) -> Trial:
         """A larger prefetch for the best count, doubling while it pays."""
-        for factor in (4, 8):
+        for factor in (f for f in PREFETCH_FACTORS if f > (best.settings.prefetch_factor or 2)):
             settings = candidate(self.limits, best.settings.num_workers, prefetch_factor=factor)
             trial = self._try(settings, "refine")
             if trial is None or not trial.usable or self._ratio(trial, best) < GAIN:
