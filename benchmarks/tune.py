@@ -154,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     print()
     for r in results:
+        same = " (the same settings: the tuner's ratio is the benchmark's noise)" if r["tuner"] == r["grid"] else ""
         print(
             f"{r['name']:<15} tuner: {r['tuner']} ({r['trials']} trials, {r['tuner_s']:.0f} s); grid best: "
-            f"{r['grid']} ({r['grid_best']:.1f} batches/s; {r['grid_size']} settings, {r['grid_s']:.0f} s)"
+            f"{r['grid']} ({r['grid_best']:.1f} batches/s; {r['grid_size']} settings, {r['grid_s']:.0f} s){same}"
         )
     return 0
 
