@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoctor.settings import Settings
+from loaderdoctor.tune.budgets import mb, refused
 from loaderdoctor.tune.space import PREFETCH_FACTORS, Limits, candidate, worker_counts
 from loaderdoctor.tune.trial import Measurement, Trial
 from loaderdoctor.words import plural
@@ -277,7 +278,7 @@ class Search:
         for trial in self.trials:
             if trial.settings == settings:
                 return trial
-        refusal = self._refusal(settings)
+        refusal = refused(settings, self.limits, self.batch_bytes, self._process_trials())
         if refusal is not None:
             verdict, note = refusal
             trial = Trial(len(self.trials) + 1, settings, phase, verdict, note=note)
@@ -321,7 +322,7 @@ class Search:
         elif measurement.memory_bytes is not None and measurement.memory_bytes > self.limits.memory_bytes:
             trial.verdict = "over-memory"
             trial.note = (
-                f"used {_mb(measurement.memory_bytes)}, over the memory budget of {_mb(self.limits.memory_bytes)}"
+                f"used {mb(measurement.memory_bytes)}, over the memory budget of {mb(self.limits.memory_bytes)}"
             )
         self._report(trial)
 
@@ -366,35 +367,6 @@ class Search:
         )
         return True
 
-    def _refusal(self, settings: Settings) -> tuple[str, str] | None:
-        """(verdict, why) when the budgets rule `settings` out before it runs."""
-        in_flight = None if self.batch_bytes is None else settings.batches_in_flight * self.batch_bytes
-        shm = self.limits.shm_bytes
-        uses_shm = settings.backend == "process" and settings.num_workers > 0
-        if uses_shm and in_flight is not None and shm is not None and in_flight > shm / 2:
-            return "over-shm", f"{_mb(in_flight)} of batches in flight would fill /dev/shm ({_mb(shm)} free)"
-        predicted = self._predicted_memory(settings, in_flight or 0)
-        if predicted is not None and predicted > self.limits.memory_bytes:
-            return "over-memory", (
-                f"predicted {_mb(predicted)} from the workers measured so far, over the memory budget of "
-                f"{_mb(self.limits.memory_bytes)}"
-            )
-        return None
-
-    def _predicted_memory(self, settings: Settings, in_flight: int) -> int | None:
-        """Memory of `settings` from the most any measured worker used, plus its batches in flight."""
-        if settings.backend != "process" or not settings.num_workers:
-            return None
-        per_worker = []
-        for trial in self._process_trials():
-            workers, memory = trial.settings.num_workers, trial.memory_bytes
-            if workers and memory is not None:
-                measured_in_flight = trial.settings.batches_in_flight * (self.batch_bytes or 0)
-                per_worker.append(max(0, memory - measured_in_flight) / workers)
-        if not per_worker:
-            return None
-        return int(max(per_worker) * settings.num_workers + in_flight)
-
     def _process_trials(self) -> list[Trial]:
         return [t for t in self.trials if t.settings.backend == "process" and t.phase != "baseline"]
 
@@ -415,7 +387,3 @@ class Search:
         )
         if self.progress is not None:
             self.progress(trial)
-
-
-def _mb(size: float) -> str:
-    return f"{size / 2**20:.0f} MB"
