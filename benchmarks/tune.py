@@ -1,9 +1,11 @@
 """The tuner against an exhaustive grid and three fixed recipes, on five pipelines of different character.
 
-Usage: python benchmarks/tune.py [--budget S] [--max-workers N] [--rounds R] [--only NAME ...]
+Usage: python benchmarks/tune.py [--budget S] [--max-workers N] [--rounds R] [--pair-rounds P] [--only NAME ...]
+(about an hour for the five pipelines at the defaults on a 2-core machine: the grids take most of it)
 
 Per pipeline (benchmarks/tune_pipelines.py), in one run:
-1. the tuner searches with a budget of S seconds (its own trials, its own clock);
+1. the tuner searches with a budget of S seconds (its own trials, its own clock; by default tune's own default
+   budget, what a user gets);
 2. a plain grid measures every Settings of the same space (tune/space.py grid()) as a user would by hand: a
    plain loop of a freshly built loader, one epoch to warm up and GRID_EPOCHS whole epochs timed, so that every
    setting is measured over the same number of batches, and keeps the fastest; its wall time (warm-up epochs
@@ -12,7 +14,9 @@ Per pipeline (benchmarks/tune_pipelines.py), in one run:
    warm up and FINAL_EPOCHS whole epochs timed: the
    tuner's choice, the grid's best, PyTorch's defaults
    (num_workers=0), Lightning's heuristic (num_workers = cores // ranks - 1) and the seeds' recipe (4 workers,
-   prefetch 2, persistent).
+   prefetch 2, persistent);
+4. then P more rounds of the tuner's choice and the grid's best alone, in alternating order: on a host whose
+   speed drifts by several percent from minute to minute, the tuner's ratio needs more rounds than the others'.
 The timed epochs count each epoch's start-up where workers start anew every epoch, and not the first start-up
 of persistent workers, which a run pays once (as the tool reports it, apart from the rate): these pipelines'
 epochs last a second or less, where a real run's last minutes, so counting it would weigh it a hundred times
@@ -20,10 +24,10 @@ too much (io-latency: 16 forked workers bring their first batch in 0.26 s, 16 th
 of 100 batches takes about 0.35 s).
 The table gives each contender's rate as a ratio to the grid's best, the median over the rounds of each round's
 ratio (each round's rate over the same round's grid-best rate; the tuner's choice runs just before or after the
-grid's best, in alternating order); the lowest and highest of the tuner's per-round ratios (how far one round's
-noise moves the ratio); the tuner's own figure for its choice as a ratio to a plain loop's for it, the median of 3
-runs right after the search, before the grid (what tune reports against what a user's loop gets); and the tuner's
-search time as a ratio to the grid's.
+grid's best, in alternating order; the tuner's over its R + P rounds); the lowest and highest of the tuner's
+per-round ratios (how far one round's noise moves the ratio); the tuner's own figure for its choice as a ratio
+to a plain loop's for it, the median of 3 runs right after the search, before the grid (what tune reports against
+what a user's loop gets); and the tuner's search time as a ratio to the grid's.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from tune_pipelines import PIPELINES
 
 from loaderdoctor.host import host_facts
 from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
-from loaderdoctor.tune.run import default_memory_budget, tune_loader
+from loaderdoctor.tune.run import DEFAULT_BUDGET_S, default_memory_budget, tune_loader
 from loaderdoctor.tune.space import grid
 
 FINAL_EPOCHS = 8
@@ -79,7 +83,7 @@ def _grid_best(spec: LoaderSpec, space: list[Settings]) -> tuple[Settings, float
     return best, time.monotonic() - started
 
 
-def _bench(name: str, budget_s: float, max_workers: int, rounds: int) -> dict[str, object]:
+def _bench(name: str, budget_s: float, max_workers: int, rounds: int, pair_rounds: int) -> dict[str, object]:
     spec = LoaderSpec.from_loader(PIPELINES[name]())
     memory = default_memory_budget()
     host = host_facts()
@@ -104,11 +108,18 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int) -> dict[st
         order = list(contenders) if round_number % 2 == 0 else list(reversed(contenders))
         for who in order:
             rates[who].append(_epochs_rate(spec, contenders[who], FINAL_EPOCHS))
+    tuner_rates, grid_rates = list(rates["tuner"]), list(rates["grid best"])
+    for round_number in range(pair_rounds):
+        pair = ("tuner", "grid best") if round_number % 2 == 0 else ("grid best", "tuner")
+        for who in pair:
+            rate = _epochs_rate(spec, contenders[who], FINAL_EPOCHS)
+            (tuner_rates if who == "tuner" else grid_rates).append(rate)
     # Each round's rate over the same round's grid-best rate: the two ran one after the other, so the host's
     # slower and faster minutes (here the same settings read 64 and 89 batches/s a minute apart) cancel.
     per_round = {
         who: [rate / grid for rate, grid in zip(rates[who], rates["grid best"], strict=True)] for who in contenders
     }
+    per_round["tuner"] = [rate / grid for rate, grid in zip(tuner_rates, grid_rates, strict=True)]
     return {
         "name": name,
         "ratios": {who: statistics.median(per_round[who]) for who in contenders},
@@ -126,22 +137,26 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int) -> dict[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=float, default=32.0, help="the tuner's budget per pipeline (s)")
+    parser.add_argument(
+        "--budget", type=float, default=DEFAULT_BUDGET_S, help="the tuner's budget per pipeline (s; default tune's)"
+    )
     parser.add_argument("--max-workers", type=int, default=16, help="the space's largest worker count")
     parser.add_argument("--rounds", type=int, default=5, help="side-by-side rounds of the contenders")
+    parser.add_argument("--pair-rounds", type=int, default=10, help="more rounds of the tuner and the grid's best")
     parser.add_argument("--only", nargs="*", default=list(PIPELINES), choices=list(PIPELINES))
     args = parser.parse_args(argv)
     results = []
     for name in args.only:
         print(f"… {name}", file=sys.stderr, flush=True)
-        results.append(_bench(name, args.budget, args.max_workers, args.rounds))
+        results.append(_bench(name, args.budget, args.max_workers, args.rounds, args.pair_rounds))
     who = ["tuner", "grid best", "torch defaults", "lightning", "seeds' recipe"]
     extra = ("tuner rounds", "reported/plain", "search/grid")
     header = f"{'pipeline':<15}" + "".join(f"{w:>15}" for w in who) + "".join(f"{e:>16}" for e in extra)
     print(
-        f"throughput as a ratio to the grid's best (the median of {args.rounds} side-by-side rounds' ratios, "
-        f"{FINAL_EPOCHS} epochs after one to warm up); the tuner's lowest and highest ratio in one round; its "
-        "reported rate over a plain loop's; its search time as a ratio to the grid's"
+        f"throughput as a ratio to the grid's best (the median of {args.rounds} side-by-side rounds' ratios, the "
+        f"tuner's of {args.rounds + args.pair_rounds}, {FINAL_EPOCHS} epochs after one to warm up); the tuner's "
+        f"lowest and highest ratio in one round; its reported rate over a plain loop's; its search time (budget "
+        f"{args.budget:g} s) as a ratio to the grid's"
     )
     print(header)
     for r in results:
