@@ -124,7 +124,7 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int, pair_round
         "name": name,
         "ratios": {who: statistics.median(per_round[who]) for who in contenders},
         "tuner_rounds": (min(per_round["tuner"]), max(per_round["tuner"])),
-        "grid_best": statistics.median(rates["grid best"]),
+        "grid_best": statistics.median(grid_rates),
         "reported_over_plain": tuned.chosen.batches_per_s / plain_after_search,
         "tuner": tuned.settings.describe(),
         "grid": grid_settings.describe(),

@@ -285,6 +285,16 @@ def test_the_climb_stops_at_the_hosts_limit():
     assert host.now < unknown.now  # fewer trials, less time
 
 
+def test_outside_quick_mode_a_climb_stopped_at_the_limit_checks_it_with_one_trial_past_it():
+    host = FakeHost(lambda s: min(10.0 * max(s.num_workers, 1), 40.0), cpu_share=0.2, limit=40.0)
+    result = _search(host).run()
+    (past,) = [t for t in result.trials if t.settings.num_workers > 4 and t.phase == "workers"]
+    assert (past.settings.num_workers, past.settings.prefetch_factor) == (8, 4)
+    assert "the estimate holds" in past.note
+    assert 16 not in host.counts_run()
+    assert result.chosen.settings.num_workers == 4
+
+
 def test_the_thread_backend_is_tried_before_the_counts_and_prefetch_are_refined():
     # Big batches: processes copy each one between processes and gain little; threads share them and win. A budget
     # for the climb (0, 1, 2, 4 workers) and two more trials must spend them on threads, not on 3 workers.
