@@ -8,11 +8,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from loaderdoctor.deaths import worker_death
 from loaderdoctor.errors import LoaderDoctorError, StopMeasuring
-from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
-from loaderdoctor.indexed import parse_sample_failures
+from loaderdoctor.fingerprints import EpochTally
+from loaderdoctor.indexed import parse_sample_failures, parse_worker_init_failure
+from loaderdoctor.inhand import InHand
 from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
-from loaderdoctor.recording import EpochRecord, Recording, SampleError, WorkerDeath
+from loaderdoctor.recording import EpochRecord, Recording, SampleError
 from loaderdoctor.settings import Settings
 from loaderdoctor.tap import Tap, TapIterator, exited_workers, is_worker_death, starts_workers
 from loaderdoctor.usercode import describe_exception
@@ -45,8 +47,9 @@ class EpochLoop:
     started: float
     _counted: int
     startup_count: int
-    tally: EpochTally
-    fingerprint: bool
+    tally: EpochTally  # the open epoch's samples, from the tap's fingerprints (ProbeSession.on_event)
+    in_hand: InHand | None  # where workers note the index they load
+    oom_kills_before: int | None  # the OOM killer's count as the run began
 
     def report_progress(self) -> None:
         raise NotImplementedError
@@ -91,9 +94,7 @@ class EpochLoop:
                 started_s=self.epoch_started - self.started,
                 end_s=max(0.0, now - max(self.last_step_end, self.epoch_started)) if batches else 0.0,
                 iter_s=self.iter_s.get(self.epoch, 0.0),
-                samples_fingerprinted=self.tally.samples,
-                distinct_samples=self.tally.distinct if self.tally.samples else None,
-                typical_copies=self.tally.typical_copies,
+                **self.tally.record_fields(),
             )
         )
         if ended == "time":
@@ -109,8 +110,11 @@ class EpochLoop:
         if self.rec.stall is not None:
             self.rec.outcome = "stalled"
             return "stall"
-        if is_worker_death(error, self.tap.torch_iterator()):
-            self.rec.worker_deaths.append(WorkerDeath(epoch, max(batch, 0), str(error)))
+        iterator = self.tap.torch_iterator()
+        if is_worker_death(error, iterator):
+            held = self.in_hand.read if self.in_hand is not None else (lambda worker_id: None)
+            death = worker_death(iterator, epoch, batch, error, held=held, oom_kills_before=self.oom_kills_before)
+            self.rec.worker_deaths.append(death)
             self.rec.outcome = "crashed"
             return "worker-died"
         return None
@@ -170,6 +174,12 @@ class EpochLoop:
                 ended = self._failure(self.epoch, iterator.index - 1, error)
                 if ended is not None:
                     return ended
+                init_error = parse_worker_init_failure(error)
+                if init_error is not None:  # every batch of that worker fails: the loader cannot run
+                    self.rec.worker_init_error = init_error
+                    self.rec.outcome = "crashed"
+                    self.rec.error = f"worker_init_fn raised {init_error}"
+                    return "error"
                 self._record_sample_error(self.epoch, iterator.index - 1, error)
                 failures_in_a_row += 1
                 if failures_in_a_row >= _MAX_CONSECUTIVE_FAILURES:
@@ -188,10 +198,6 @@ class EpochLoop:
             self.held_batch = batch
             delivered = self.rec.batches[-1]
             delivered.step_s = max(0.0, self.clock() - self.started - delivered.delivered_s)
-            if self.fingerprint:
-                fingerprints = sample_fingerprints(batch, self.rec.batches[-1].samples)
-                if fingerprints is not None:
-                    self.tally.add(fingerprints)
             if self.step is not None:
                 self._run_step(batch)
             self.last_step_end = self.clock()

@@ -1,6 +1,7 @@
 """Fingerprints of the samples in a batch, to tell when workers (or the ranks of a distributed run) deliver
 the same samples again; and the tally of one epoch's fingerprints. A fingerprint is the same in every process
-(a digest, not Python's per-process salted hash of bytes and text)."""
+(a digest, not Python's per-process salted hash of bytes and text). The tap fingerprints what it delivers
+(tap.py); the probe and a watched run tally each epoch's fingerprints here and record them alike."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ import torch
 
 # Elements read from each sample of each tensor: enough to tell real samples apart, cheap on large images.
 _ELEMENTS_PER_SAMPLE = 256
+# Samples fingerprinted and tallied per epoch, the epoch's first ones: workers that repeat one stream deliver
+# its copies side by side, so the first samples show them; this bounds the work and memory of an epoch of a run
+# that goes on for hours (the tally keeps a count per distinct sample: a few MB at most).
+TALLIED_PER_EPOCH = 50_000
 
 
 def _leaves(batch: Any) -> list[Any]:
@@ -31,12 +36,19 @@ def _rows(leaf: Any, count: int) -> list[int] | None:
     if isinstance(leaf, torch.Tensor):
         if leaf.ndim == 0 or leaf.shape[0] != count:
             return None
-        flat = leaf.detach().reshape(count, -1)
-        stride = max(1, flat.shape[1] // _ELEMENTS_PER_SAMPLE)
-        picked = flat[:, ::stride].contiguous().cpu().numpy()
+        try:
+            flat = leaf.detach().reshape(count, -1)
+            stride = max(1, flat.shape[1] // _ELEMENTS_PER_SAMPLE)
+            # As bytes: numpy has no bfloat16 (nor torch's other narrow floats).
+            picked = flat[:, ::stride].contiguous().cpu().view(torch.uint8).numpy()
+        except (RuntimeError, TypeError):  # a sparse, nested or quantized tensor: its values are not read here
+            return None
         return [_digest(row.tobytes()) for row in picked]
     if isinstance(leaf, (list, tuple)) and len(leaf) == count:
-        return [_digest(repr(value).encode()) for value in leaf]
+        try:
+            return [_digest(repr(value).encode()) for value in leaf]
+        except Exception:  # a user's object whose repr() raises: never the training loop's failure
+            return None
     return None
 
 
@@ -54,15 +66,22 @@ def sample_fingerprints(batch: Any, count: int) -> list[int] | None:
 
 
 class EpochTally:
-    """The fingerprints of one epoch's samples: how many, how many distinct, and the typical copies of one."""
+    """The fingerprints of one epoch's samples: how many, how many distinct, and the typical copies of one; the
+    first `limit` samples only. Fed by the probe (probesession.py) and by a watched run (watch/recorder.py) from
+    the tap's BatchDelivered events, and recorded by both with record_fields()."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = TALLIED_PER_EPOCH) -> None:
         self._counts: collections.Counter[int] = collections.Counter()
         self.samples = 0
+        self.limit = limit
 
-    def add(self, fingerprints: list[int]) -> None:
-        self._counts.update(fingerprints)
-        self.samples += len(fingerprints)
+    def add(self, fingerprints: list[int] | None) -> None:
+        """A batch's fingerprints (None: its samples could not be told apart, or were not fingerprinted)."""
+        if not fingerprints or self.samples >= self.limit:
+            return
+        kept = fingerprints[: self.limit - self.samples]
+        self._counts.update(kept)
+        self.samples += len(kept)
 
     @property
     def distinct(self) -> int:
@@ -76,3 +95,12 @@ class EpochTally:
             return None
         copies = collections.Counter(self._counts.values())
         return max(copies, key=lambda n: (copies[n], n))
+
+    def record_fields(self) -> dict[str, Any]:
+        """The tally as an EpochRecord's fields (recording.py): samples_fingerprinted (at most `limit`, the epoch's
+        first ones), distinct_samples and typical_copies."""
+        return {
+            "samples_fingerprinted": self.samples,
+            "distinct_samples": self.distinct if self.samples else None,
+            "typical_copies": self.typical_copies,
+        }

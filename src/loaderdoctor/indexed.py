@@ -1,4 +1,5 @@
-"""A map-style dataset wrapper whose errors name the index of the sample that raised them."""
+"""Errors raised in workers that say what failed once they reach the main process: a map-style dataset wrapper's
+name the index of each sample that raised, and a worker_init_fn's say so, with where it raised."""
 
 from __future__ import annotations
 
@@ -11,6 +12,29 @@ from torch.utils.data import Dataset
 # type and text only (torch's ExceptionWrapper), so attributes would be lost on the way.
 _FAILURE = re.compile(r"dataset\[(?P<index>-?\d+)\] raised (?P<type>[\w.]+): (?P<message>[^\n]*)")
 _SEPARATOR = "\n"
+
+
+_INIT_FAILURE = re.compile(r"worker_init_fn raised (?P<what>[^\n]*)")
+
+
+class WorkerInitFailure(Exception):
+    """The loader's worker_init_fn raised as a worker started: every batch of that worker fails."""
+
+
+def worker_init_failure(error: BaseException) -> WorkerInitFailure:
+    """In a worker: the worker_init_fn's `error` with where the user's code raised it."""
+    from loaderdoctor.usercode import describe_exception
+
+    return WorkerInitFailure(f"worker_init_fn raised {describe_exception(error)}")
+
+
+def parse_worker_init_failure(error: BaseException) -> str | None:
+    """In the main process: what the worker_init_fn raised ("ValueError: msg (at data.py:12 in init)"), when
+    `error` is its failure re-raised from a worker; else None."""
+    if not isinstance(error, WorkerInitFailure):
+        return None
+    found = _INIT_FAILURE.search(str(error))
+    return found["what"].strip() if found else str(error).strip()
 
 
 class SampleFailure(Exception):
@@ -38,10 +62,12 @@ def parse_sample_failures(error: BaseException) -> list[tuple[int | None, str, s
 
 
 class IndexedDataset(Dataset):
-    """Passes every item through; a batch in which items raise becomes one SampleFailure naming them all."""
+    """Passes every item through; a batch in which items raise becomes one SampleFailure naming them all. With
+    `in_hand` (an InHand, see inhand.py), each worker notes the index it is loading, so that a death names it."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, in_hand: Any = None) -> None:
         self.inner = inner
+        self.in_hand = in_hand
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -53,8 +79,15 @@ class IndexedDataset(Dataset):
             raise sample_failure([(index, error)]) from error
 
     def _load(self, index: Any) -> Any:
-        """One sample of the user's dataset, as is (a subclass may watch the loading)."""
-        return self.inner[index]
+        """One sample of the user's dataset, as is, noted in hand while it loads."""
+        in_hand = self.in_hand
+        if in_hand is None:
+            return self.inner[index]
+        in_hand.loading(index)
+        try:
+            return self.inner[index]
+        finally:
+            in_hand.done()
 
     def __getitems__(self, indices: list[Any]) -> list[Any]:
         # torch loads a batch through __getitems__ when a dataset has it: every sample is tried, so that all
@@ -76,6 +109,6 @@ class IndexedDataset(Dataset):
 
     def __getattr__(self, name: str) -> Any:
         # Code in workers may reach the dataset through get_worker_info().dataset: keep its attributes.
-        if name == "inner":
+        if name in ("inner", "in_hand"):
             raise AttributeError(name)
         return getattr(self.inner, name)

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.budget import deadline_allowance
+from loaderdoctor.datasetcopy import own_copy
+from loaderdoctor.deaths import oom_kills
 from loaderdoctor.epochloop import EpochLoop, close_iterator
 from loaderdoctor.errors import StopMeasuring
 from loaderdoctor.fingerprints import EpochTally
 from loaderdoctor.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.host import OtherLoad, host_facts
 from loaderdoctor.indexed import IndexedDataset
+from loaderdoctor.inhand import InHand
 from loaderdoctor.interrupt import MainThreadInterrupter
 from loaderdoctor.pickling import pickled_bytes
 from loaderdoctor.rates import epoch_overhead_s, first_startup_s
@@ -106,14 +109,22 @@ class ProbeSession(EpochLoop):
             self.rec.pickled_dataset_bytes = pickled_bytes(spec, start_method)
         self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-stacks-")
         try:
+            workers = settings.num_workers if settings.backend == "process" else 0
+            self.in_hand = InHand(self.dump_dir, workers) if workers and not spec.is_iterable else None
+            # Loading in this process gets a copy: what it sets on the dataset (a file opened on first use) would
+            # reach the workers forked later, here, which a training loop's workers never inherit.
+            dataset = spec.dataset if workers else own_copy(spec.dataset)
             loader = spec.build(
                 settings,
-                dataset=None if spec.is_iterable else IndexedDataset(spec.dataset),
-                worker_hook=ProbeWorkerHook(self.dump_dir, lock_free=lock_free) if settings.num_workers else None,
+                dataset=dataset if spec.is_iterable else IndexedDataset(dataset, self.in_hand),
+                worker_hook=ProbeWorkerHook(self.dump_dir, lock_free=lock_free, in_hand=self.in_hand)
+                if settings.num_workers
+                else None,
             )
         except Exception:
             shutil.rmtree(self.dump_dir, ignore_errors=True)
             raise
+        self.oom_kills_before = oom_kills()
         self.started = clock()
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
         self.sampler = WorkerSampler(self.current_pids, clock=clock, t0=self.started, own_threads=THREADS_PER_WORKER)
@@ -132,7 +143,6 @@ class ProbeSession(EpochLoop):
         self._counted = 0  # batches that count towards the current stretch's minimum
         self.startup_count = 1  # the open epoch's start-up batches
         self.tally = EpochTally()
-        self.fingerprint = spec.is_iterable
         self.budget_s = 0.0  # for the progress display: what this session was given so far
         self.closed = False
         self.sampler.start()
@@ -158,6 +168,7 @@ class ProbeSession(EpochLoop):
         elif isinstance(event, BatchDelivered):
             if event.first_batch_s is not None:
                 self.first_batch_s[event.epoch] = event.first_batch_s
+            self.tally.add(event.fingerprints)
             self.rec.batches.append(
                 BatchRecord(
                     epoch=event.epoch,
@@ -358,7 +369,8 @@ class ProbeSession(EpochLoop):
         if self.step is not None and self.step_times:
             rec.step_s = statistics.median(self.step_times)
         forks = rec.start_method == "fork" or rec.settings.num_workers == 0
-        if forks and (recorded_hazards(rec) or rec.outcome != "completed"):
+        # Where fork was hazardous, or the loader crashed (workers started with spawn may not have loaded it).
+        if (forks and recorded_hazards(rec)) or rec.outcome != "completed":
             rec.forkserver_blocker = forkserver_blocker(self.spec)
         return rec
 

@@ -197,6 +197,10 @@ class WorkerDeath:
     epoch: int
     batch: int
     message: str
+    pid: int | None = None  # the worker that ended (the first, when several did); None when unknown
+    exitcode: int | None = None  # its exit status: -N when signal N ended it (-11 SIGSEGV, -9 SIGKILL)
+    index: int | None = None  # the dataset index it was loading (map-style datasets), None when it held none
+    oom_kill: bool | None = None  # whether the OOM killer acted meanwhile (its cgroup count rose); None: unknown
 
 
 @dataclass
@@ -229,6 +233,8 @@ class Recording:
     dataset_len: int | None = None
     outcome: str = "completed"  # "completed" | "stalled" | "crashed"
     error: str | None = None
+    # The worker_init_fn's error ("ValueError: no config (at data.py:12 in init_worker)"): it fails every batch.
+    worker_init_error: str | None = None
     wall_s: float = 0.0
     # Every batch delivered, when `batches` keeps only an even thinning of a long watched run (see watch/); None
     # when `batches` holds them all.

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.indexed import worker_init_failure
 from loaderdoctor.words import plural
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -199,7 +200,10 @@ class _WorkerInit:
         if self.hook is not None:
             self.hook(worker_id)
         if self.user_fn is not None:
-            self.user_fn(worker_id)
+            try:
+                self.user_fn(worker_id)
+            except Exception as error:
+                raise worker_init_failure(error) from error
         if self.worker_threads:
             # After the user's function, since that is where thread pools are usually enlarged.
             torch.set_num_threads(self.worker_threads)

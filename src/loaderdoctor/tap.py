@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch._utils import ExceptionWrapper
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
+from loaderdoctor.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
 from loaderdoctor.forksafety import iterator_facts
 from loaderdoctor.recording import IteratorFacts
 
@@ -60,6 +61,9 @@ class BatchDelivered:
     nbytes: int
     samples: int
     first_batch_s: float | None  # from iter() to this batch, for the first batch of an epoch
+    # One per sample (fingerprints.py), for an IterableDataset's first TALLIED_PER_EPOCH samples of an epoch:
+    # whether its workers deliver the same samples. None for a map-style dataset, or when not told apart.
+    fingerprints: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ class TapIterator:
         self.epoch = epoch
         self.index = 0  # the number of the next batch, failed ones counted
         self.delivered = 0
+        self.fingerprinted = 0  # samples of this epoch fingerprinted (see BatchDelivered.fingerprints)
         self.interrupted = False  # the last next() was ended by Ctrl-C or SystemExit
         self.failed_wait_s = 0.0  # how long the last next() that raised had waited
         self.pids: list[int] = []
@@ -234,15 +239,22 @@ class TapIterator:
             first_batch_s = delivered - self.started_at
         self.delivered += 1
         if listening:
+            wait_cpu_s = time.process_time() - cpu_started
+            samples = batch_samples(batch, tap.loader.batch_size or 1)
+            fingerprints = None
+            if tap.fingerprints and self.fingerprinted < TALLIED_PER_EPOCH:
+                fingerprints = sample_fingerprints(batch, samples)
+                self.fingerprinted += len(fingerprints or ())
             tap.emit(
                 BatchDelivered(
                     epoch=self.epoch,
                     index=self.index,
                     wait_s=wait_s,
-                    wait_cpu_s=time.process_time() - cpu_started,
+                    wait_cpu_s=wait_cpu_s,
                     nbytes=batch_nbytes(batch),
-                    samples=batch_samples(batch, tap.loader.batch_size or 1),
+                    samples=samples,
                     first_batch_s=first_batch_s,
+                    fingerprints=fingerprints,
                 )
             )
         self.index += 1
@@ -255,7 +267,9 @@ class TapIterator:
 
 class Tap:
     """Instruments a DataLoader: each epoch() is a TapIterator that reports to the listeners. `open_iterator`
-    makes torch's iterator of the loader (iter(), unless iter() itself is hooked, as `loaderdoctor run` hooks it)."""
+    makes torch's iterator of the loader (iter(), unless iter() itself is hooked, as `loaderdoctor run` hooks it).
+    The samples of an IterableDataset are fingerprinted as they are delivered (to listeners only): its workers may
+    each repeat the whole stream; a map-style dataset's are not (its sampler deals each index out once)."""
 
     def __init__(
         self,
@@ -271,6 +285,7 @@ class Tap:
         self.listeners = listeners
         self.start_method = start_method
         self.clock = clock
+        self.fingerprints = isinstance(getattr(loader, "dataset", None), IterableDataset)  # decided once
         self._current: weakref.ref[TapIterator] | None = None
         self.waits = RecentWaits()  # the watchdog's yardstick; a guard hands the same one to each new tap
 

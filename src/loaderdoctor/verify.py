@@ -5,10 +5,12 @@ Each settings gets one ProbeSession, started once (its start-up measured apart).
 every round each session runs one window of steady running while the others wait, the order reversed every
 other round so that a drift favours none. A pair of windows (the original's and a fix's of one round) gives
 one speedup; the fix's rate over the original's, both over all their windows, is the speedup reported, and
-the pairs' lowest and highest its spread. Pairs measured while other processes kept BUSY_OTHER_CORES or more
-busy are left out when at least MIN_PAIRS quiet ones remain (and said in the note): load that comes and goes
-changes the ratio itself (it slows a process of two threads more than two processes of one), and the speedup
-is the machine's as it usually is. A fix is:
+the pairs' lowest and highest its spread. Every rate is rates.training_rate's: batches per second over whole
+epochs, each epoch's start-up included (workers started anew every epoch pay theirs in each), as a training
+loop sees them; the one start-up of a run is reported apart. Pairs measured while other processes kept
+BUSY_OTHER_CORES or more busy are left out when at least MIN_PAIRS quiet ones remain (and said in the note):
+load that comes and goes changes the ratio itself (it slows a process of two threads more than two processes
+of one), and the speedup is the machine's as it usually is. A fix is:
 
 - faster when its speedup is at least MIN_SPEEDUP and most pairs agree it is faster;
 - slower (not a fix) only when every pair shows it slower, and by as much as MIN_SPEEDUP the other way;

@@ -1,5 +1,6 @@
-"""The probe's hook, run first in each worker process: stacks dumped on a signal, file-lock calls watched (made
-no-ops on read-only files in a lock-free run), and where the worker's main thread spends its time sampled."""
+"""The probe's hook, run first in each worker process: the index in hand noted, stacks dumped on a signal,
+file-lock calls watched (made no-ops on read-only files in a lock-free run), and where the worker's main thread
+spends its time sampled."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import time
 
 from loaderdoctor.filelocks import FileLockWatch
+from loaderdoctor.inhand import InHand
 from loaderdoctor.sitesampler import SiteSampler, activity_path, thread_cpu_clock
 from loaderdoctor.workers import StackDumpHook
 
@@ -23,11 +25,14 @@ class ProbeWorkerHook:
     """worker_hook of LoaderSpec.build for the probe: everything it leaves goes to files in `dump_dir` (the
     stacks, see workers.py; the activity, read back with sitesampler.read_worker_activity)."""
 
-    def __init__(self, dump_dir: str, *, lock_free: bool = False) -> None:
+    def __init__(self, dump_dir: str, *, lock_free: bool = False, in_hand: InHand | None = None) -> None:
         self.dump_dir = dump_dir
         self.lock_free = lock_free
+        self.in_hand = in_hand  # the dataset's (pickled with it): each worker notes there the index it loads
 
     def __call__(self, worker_id: int) -> None:
+        if self.in_hand is not None:
+            self.in_hand.attach(worker_id)
         StackDumpHook(self.dump_dir)(worker_id)
         watch = FileLockWatch(lock_free=self.lock_free)
         watch.install()  # for the worker's whole life: the process ends with it

@@ -20,15 +20,16 @@ class Watching(Dataset):
     """Records, at the loading of each batch's first sample, whether the batch delivered before it is alive."""
 
     def __init__(self) -> None:
-        self.last: weakref.ref | None = None
+        # Lists, which the probe's copy of the dataset shares (loading in this process runs on a copy).
+        self.delivered: list[weakref.ref] = []
         self.previous_alive: list[bool] = []
 
     def __len__(self) -> int:
         return 40
 
     def __getitem__(self, index: int) -> int:
-        if index % 4 == 0 and self.last is not None:
-            self.previous_alive.append(self.last() is not None)
+        if index % 4 == 0 and self.delivered:
+            self.previous_alive.append(self.delivered[-1]() is not None)
         return index
 
 
@@ -37,7 +38,7 @@ def test_the_previous_batch_is_alive_while_the_next_one_loads():
 
     def collate(samples: list[int]) -> Batch:
         batch = Batch()
-        dataset.last = weakref.ref(batch)
+        dataset.delivered.append(weakref.ref(batch))
         return batch
 
     spec = LoaderSpec.from_loader(DataLoader(dataset, batch_size=4, collate_fn=collate))

@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from loaderdoctor.deaths import CRASH_SIGNALS
 from loaderdoctor.guard import children
-from loaderdoctor.guard.inhand import InHand
 from loaderdoctor.guard.plan import PlannedBatchSampler
 from loaderdoctor.guard.samples import SkipReports
 from loaderdoctor.guard.streams import GuardedStream
+from loaderdoctor.inhand import InHand
 from loaderdoctor.settings import Settings
 from loaderdoctor.tap import Tap, TapIterator, exited_workers, shutdown, worker_pids
 from loaderdoctor.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
-
-
-# Signals a process's own code raises on itself (a bad pointer, a failed assertion in native code): a sample that
-# ended a worker so is its cause. SIGKILL is not among them: the OOM killer picks whoever holds memory.
-CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
 
 
 @dataclass(frozen=True)

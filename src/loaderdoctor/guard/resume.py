@@ -16,13 +16,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.guard.inhand import InHand
 from loaderdoctor.guard.inner import Inner
 from loaderdoctor.guard.plan import EpochPlan, PlannedBatchSampler, generator_states, plan_generators, replayed
 from loaderdoctor.guard.samples import GuardedSamples, SkipReports, Tagger
 from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, checked_stream_state, dataset_length
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
 from loaderdoctor.guard.workerview import UsersDatasetHook
+from loaderdoctor.inhand import InHand
 from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tap import Listener, RecentWaits, Tap, starts_workers
 from loaderdoctor.words import plural

@@ -34,8 +34,8 @@ import tempfile
 import traceback
 from typing import Any
 
-from loaderdoctor.guard.inhand import InHand
 from loaderdoctor.indexed import IndexedDataset, SampleFailure, parse_sample_failures
+from loaderdoctor.inhand import InHand
 
 ON_SAMPLE_ERROR = ("raise", "skip")
 MAX_REPLACEMENT_TRIES = 64
@@ -148,9 +148,8 @@ class GuardedSamples(IndexedDataset):
         in_hand: InHand | None = None,
         killers: dict[int, str] | None = None,
     ) -> None:
-        super().__init__(inner)
+        super().__init__(inner, in_hand)
         self.report_path = report_path  # where replacements are reported; None: no replacing
-        self.in_hand = in_hand
         self.killers = dict(killers or {})
 
     def _killed_by(self, index: Any) -> str | None:
@@ -166,14 +165,7 @@ class GuardedSamples(IndexedDataset):
         death = self._killed_by(index)
         if death is not None:
             raise KilledItsWorker(f"loading it killed a worker process before ({death})")
-        in_hand = self.in_hand
-        if in_hand is None:
-            return self.inner[index]
-        in_hand.loading(index)
-        try:
-            return self.inner[index]
-        finally:
-            in_hand.done()
+        return super()._load(index)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._OWN:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from loaderdoctor.recording import Recording
 from loaderdoctor.report import SEVERITIES, Finding
+from loaderdoctor.rules.crash import worker_crash
 from loaderdoctor.rules.data import duplicate_samples, sample_errors
 from loaderdoctor.rules.distributed import set_epoch_never_called
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
@@ -18,7 +19,8 @@ Rule = Callable[[Recording], Finding | None]
 
 RULES: tuple[Rule, ...] = (
     stall,
-    fork_unsafe,
+    fork_unsafe,  # before worker-crash: at equal severity, the hazard that explains a death leads
+    worker_crash,
     sample_errors,
     duplicate_samples,
     worker_respawn,

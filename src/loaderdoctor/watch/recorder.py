@@ -2,19 +2,21 @@
 
 A batch's step is the time the loop spent outside next() after it: from its delivery to the next next() (or to
 the next() that ended the epoch). A long run keeps every epoch's start-up batches and an even thinning of the
-rest, so that its memory stays bounded however many batches go by; counts and rates cover every batch."""
+rest, so that its memory stays bounded however many batches go by; counts and rates cover every batch. Each
+epoch's samples are tallied from the tap's fingerprints as the probe tallies them (fingerprints.py)."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from loaderdoctor import fingerprints
 from loaderdoctor.host import OtherLoad, host_facts
 from loaderdoctor.indexed import parse_sample_failures
 from loaderdoctor.recording import BatchRecord, EpochRecord, Recording, SampleError, WorkerDeath
@@ -41,6 +43,7 @@ class EpochTally:
     step_s: float = 0.0
     samples: int = 0
     restarts: int = 0  # iterators a guard started again within this epoch
+    seen: fingerprints.EpochTally = field(default_factory=fingerprints.EpochTally)  # its samples' fingerprints
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def loader_facts(user_loader: DataLoader, settings: Settings) -> LoaderFacts:
 class RunRecorder:
     """Listens to a tap (or to events made alike from a trainer's hooks) and keeps the Recording of the run.
     `sampler_epoch` reads the loader's shuffling sampler's epoch at each iter(); `is_death(error)` tells a
-    worker's death from a sample that raised."""
+    worker's death from a sample that raised, and `death` describes one (which worker, how it ended)."""
 
     def __init__(
         self,
@@ -105,12 +108,16 @@ class RunRecorder:
         clock: Callable[[], float] = time.perf_counter,
         sampler_epoch: Callable[[], int | None] = lambda: None,
         is_death: Callable[[BaseException], bool] = lambda error: False,
+        death: Callable[[int, int, BaseException], WorkerDeath] = lambda epoch, index, error: WorkerDeath(
+            epoch, index, str(error)
+        ),
         max_batches: int = MAX_BATCH_RECORDS,
     ) -> None:
         self.clock = clock
         self.started = clock()
         self._sampler_epoch = sampler_epoch
         self._is_death = is_death
+        self._death = death
         self._max_batches = max_batches
         settings = facts.settings
         self.rec = Recording(
@@ -192,6 +199,7 @@ class RunRecorder:
         tally.batches += 1
         tally.wait_s += event.wait_s
         tally.samples += event.samples
+        tally.seen.add(event.fingerprints)
         self.delivered += 1
         self.samples += event.samples
         self.wait_s += event.wait_s
@@ -225,7 +233,7 @@ class RunRecorder:
         """A worker's death, raised by next() at batch `index` or by torch's SIGCHLD handler wherever the main
         thread was (a listener, say): the loop ends, unless a guard starts an iterator again (_iterator_created)."""
         epoch = self.tally.epoch if self.tally is not None else epoch
-        self.rec.worker_deaths.append(WorkerDeath(epoch, index, str(error)))
+        self.rec.worker_deaths.append(self._death(epoch, index, error))
         self.rec.outcome = "crashed"
 
     def _epoch_ended(self, event: EpochEnded) -> None:
@@ -271,6 +279,7 @@ class RunRecorder:
                 started_s=tally.started - self.started,
                 end_s=end_s,
                 sampler_epoch=self._sampler_epoch_now,
+                **tally.seen.record_fields(),
             )
         )
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+from loaderdoctor.deaths import oom_kills, worker_death
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.guard.children import GuardInterrupt
 from loaderdoctor.guard.loader import GuardedLoader
@@ -114,10 +115,14 @@ class WatchRun:
         self.started_at = now_iso()
         self.snapshot = take_snapshot()
         self.is_death = lambda error: is_worker_death(error, torch_iterator())
+        oom_kills_before = oom_kills()
         self.recorder = RunRecorder(
             loader_facts(user_loader, settings()),
             sampler_epoch=lambda: sampler_epoch(user_loader),
             is_death=self.is_death,
+            death=lambda epoch, index, error: worker_death(
+                torch_iterator(), epoch, index, error, oom_kills_before=oom_kills_before
+            ),
         )
         recorder = self.recorder  # not self: a run and its sampler holding each other would keep the loader
         self.sampler = recorder.worker_sampler(lambda: recorder.worker_pids)

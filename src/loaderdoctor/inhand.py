@@ -1,9 +1,9 @@
-"""Which dataset index each of the guard's workers is loading at this moment, kept where the main process can
-read it after the worker died: so that the sample that killed a worker (a segfault, SIGKILL, the OOM killer) is
-named by its index, and skipped under on_sample_error="skip".
+"""Which dataset index each worker is loading at this moment, kept where the main process can read it after the
+worker died: so that the sample that killed a worker (a segfault, SIGKILL, the OOM killer) is named by its index,
+in check's report and by the guard (which skips it under on_sample_error="skip").
 
-A small file in the guard's temporary folder holds one 8-byte slot per worker; each worker maps it into memory
-when it starts (attach(), from the guard's worker hook, which also clears a slot a worker of an earlier epoch
+A small file in the run's private temporary folder holds one 8-byte slot per worker; each worker maps it into
+memory when it starts (attach(), from the worker hook, which also clears a slot a worker of an earlier epoch
 may have left), then writes the index before it loads a sample and clears it after: two stores per sample.
 Only the path is pickled, so the same object reaches forked, forkserver and spawned workers alike.
 """
