@@ -115,6 +115,9 @@ class WorkerSample:
     rss_bytes: int
     cpu_s: float
     threads: int
+    # Seconds its threads were runnable but waiting for a CPU, since it started (schedstat's run delay); None
+    # where the kernel does not count it, and in reports saved before it was recorded.
+    run_delay_s: float | None = None
 
 
 @dataclass
@@ -124,6 +127,7 @@ class HostSample:
     t_s: float  # seconds since the run started
     busy_cpu_s: float  # CPU seconds all processes of the machine have used, since boot
     main_cpu_s: float  # CPU seconds the training process has used (all its threads), since it started
+    main_run_delay_s: float | None = None  # seconds its threads were runnable but not running (None: not counted)
 
 
 @dataclass

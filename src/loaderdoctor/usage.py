@@ -1,10 +1,11 @@
-"""What loading used while it ran steadily: CPU against the cores it could have (not per worker), other
-processes' share of the machine, and workers' memory once started."""
+"""What loading used while it ran steadily: CPU against the cores it could have (not per worker), time it was
+ready to run but descheduled, other processes' share of the machine, and workers' memory once started."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoctor.recording import Recording, Window, WorkerSample, steady_batches
@@ -24,20 +25,32 @@ class LoadingCpu:
     usable_cores: float  # of the machine, for this process (affinity mask and cgroup quota)
     main_cores: float | None  # the training process's own CPU besides loading (None: it is the loader)
     other_cores: float | None  # processes outside the run (None: unknown)
+    # Seconds per second loading's processes were runnable but not running: descheduled while ready, by other
+    # processes or by each other (None: the kernel does not count it, or a report saved before it was read).
+    run_delay_cores: float | None = None
+    ranks: int = 1  # the job's processes on this machine, which share its usable cores
+
+    @property
+    def rank_cores(self) -> float:
+        """This process's part of the usable cores: the node's ranks share them."""
+        return self.usable_cores / max(1, self.ranks)
 
     @property
     def available_cores(self) -> float:
-        """The usable cores less what the training process itself and other processes took meanwhile (at
-        least one core, or the quota if that is less)."""
+        """This rank's part of the usable cores, or what the training process itself and other processes
+        (the other ranks among them) left of the usable cores meanwhile where that is less (at least one
+        core, or this rank's part if that is less)."""
         taken = (self.main_cores or 0.0) + (self.other_cores or 0.0)
-        return max(min(_MIN_AVAILABLE_CORES, self.usable_cores), self.usable_cores - taken)
+        mine = self.rank_cores
+        return max(min(_MIN_AVAILABLE_CORES, mine), min(mine, self.usable_cores - taken))
 
     @property
     def own_cores(self) -> float:
-        """The usable cores less what the training process itself took (at least one core, or the quota if
-        that is less): what a fix plans its workers for. Other processes' load comes and goes; it is reported,
-        and counts in `share`, but a fix is not cut to it."""
-        return max(min(_MIN_AVAILABLE_CORES, self.usable_cores), self.usable_cores - (self.main_cores or 0.0))
+        """This rank's part of the usable cores less what the training process itself took (at least one core,
+        or its part if that is less): what a fix plans its workers for. Other processes' load comes and goes;
+        it is reported, and counts in `share`, but a fix is not cut to it."""
+        mine = self.rank_cores
+        return max(min(_MIN_AVAILABLE_CORES, mine), mine - (self.main_cores or 0.0))
 
     @property
     def capacity(self) -> float:
@@ -46,8 +59,26 @@ class LoadingCpu:
 
     @property
     def share(self) -> float:
-        """cores / capacity: near 1, loading computes all it can (CPU-bound); near 0, it waits (on I/O)."""
+        """cores / capacity: the CPU loading used of what it could use."""
         return self.cores / self.capacity if self.capacity > 0 else 0.0
+
+    @property
+    def run_delay_share(self) -> float | None:
+        """The share of its loaders' time loading was ready to run but descheduled (None: not counted)."""
+        if self.run_delay_cores is None or not self.loaders:
+            return None
+        return self.run_delay_cores / self.loaders
+
+    @property
+    def compute_share(self) -> float:
+        """How much loading computes rather than waits, the figure its fix follows: near 1 it computes
+        (CPU-bound), near 0 its loaders sleep, waiting (on I/O). The larger of `share` and the share of its
+        loaders' time they were running or ready to run (at most 1): time descheduled by other processes is
+        neither computing nor waiting, and a loader kept off the cores while ready is CPU-bound. Without the
+        run delay, `share` alone."""
+        if self.run_delay_share is None:
+            return self.share
+        return max(self.share, min(1.0, self.cores / self.loaders + self.run_delay_share))
 
     @property
     def per_loader(self) -> float:
@@ -61,45 +92,81 @@ class LoadingCpu:
         return used / self.usable_cores if self.usable_cores > 0 else 0.0
 
 
-def _worker_startups(rec: Recording) -> list[tuple[float, float]]:
-    """The start-up of each epoch whose iter() started workers (the first, and every one for workers that do
-    not persist), from iter() to its first batch, in seconds since the run started."""
+def _epoch_starts(rec: Recording, *, every_epoch: bool) -> list[tuple[float, float]]:
+    """The start of each epoch whose iter() started workers (the first, and every one for workers that do not
+    persist), or of every epoch, from iter() to its first batch, in seconds since the run started."""
     startups = []
     previous: list[int] | None = None
     for epoch in rec.epochs:
-        if epoch.worker_pids != previous:
+        if every_epoch or epoch.worker_pids != previous:
             end = epoch.first_batch_s if epoch.first_batch_s is not None else 1e12
             startups.append((epoch.started_s, epoch.started_s + end))
         previous = epoch.worker_pids
     return startups
 
 
-def _ticks(rec: Recording, window: Window | None) -> list[tuple[float, float]]:
+def _ticks(rec: Recording, window: Window | None, *, every_epoch_start: bool = True) -> list[tuple[float, float]]:
     """Consecutive sampling moments (the sampler stamps every process it reads at once) in steady running:
-    inside the window (or, without one, any of the run's windows when it has some), and clear of the start-up
-    of workers."""
+    inside the window (or, without one, any of the run's windows when it has some), and clear of each epoch's
+    start, as steady batches are: workers starting, or persistent ones taking in turn what the last epoch left
+    in flight, idle meanwhile (which says nothing of loading). With every_epoch_start False, or where no tick
+    is clear of every epoch's start (a run of short epochs), clear of workers' start-ups only."""
     windows = [window] if window is not None else rec.windows
-    startups = _worker_startups(rec)
     times = sorted({s.t_s for s in rec.host_samples} | {s.t_s for s in rec.worker_samples})
-    return [
+    inside = [
         (a, b)
         for a, b in itertools.pairwise(times)
-        if b > a
-        and (not windows or any(w.started_s <= a and b <= w.ended_s for w in windows))
-        and not any(a < end and b > start for start, end in startups)
+        if b > a and (not windows or any(w.started_s <= a and b <= w.ended_s for w in windows))
     ]
+    clear = _clear_of(inside, _epoch_starts(rec, every_epoch=False))
+    steady = _clear_of(clear, _epoch_starts(rec, every_epoch=True)) if every_epoch_start else []
+    return steady or clear
+
+
+def _clear_of(ticks: list[tuple[float, float]], spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The ticks that overlap none of the spans."""
+    return [(a, b) for a, b in ticks if not any(a < end and b > start for start, end in spans)]
+
+
+def _worker_rise(
+    rec: Recording, ticks: list[tuple[float, float]], count: Callable[[WorkerSample], float | None]
+) -> float | None:
+    """How much a count each worker keeps (CPU seconds, run delay) rose over these ticks, the workers together,
+    each worker counted where the count was read at both ends (a rise at least 0: a thread that ends takes its
+    part of a count along); None where it was read at no tick's two ends."""
+    read = {(s.pid, s.t_s): value for s in rec.worker_samples if (value := count(s)) is not None}
+    pids = {pid for pid, _ in read}
+    rise, pairs = 0.0, 0
+    for a, b in ticks:
+        for pid in pids:
+            if (pid, a) in read and (pid, b) in read:
+                rise += max(0.0, read[(pid, b)] - read[(pid, a)])
+                pairs += 1
+    return rise if pairs else None
 
 
 def _worker_cpu_s(rec: Recording, ticks: list[tuple[float, float]]) -> float:
     """CPU seconds the workers used over these ticks, each worker counted where it was sampled at both ends."""
-    cpu = {(s.pid, s.t_s): s.cpu_s for s in rec.worker_samples}
-    pids = {s.pid for s in rec.worker_samples}
-    used = 0.0
-    for a, b in ticks:
-        for pid in pids:
-            if (pid, a) in cpu and (pid, b) in cpu:
-                used += max(0.0, cpu[(pid, b)] - cpu[(pid, a)])
-    return used
+    return _worker_rise(rec, ticks, lambda s: s.cpu_s) or 0.0
+
+
+def _worker_run_delay_s(rec: Recording, ticks: list[tuple[float, float]]) -> float | None:
+    """Seconds the workers were ready to run but descheduled over these ticks; None where their run delay was
+    not read."""
+    return _worker_rise(rec, ticks, lambda s: s.run_delay_s)
+
+
+def _main_run_delay_cores(rec: Recording, window: Window | None) -> tuple[float, float] | None:
+    """(the training process's run delay, its CPU), in seconds per second of the steady ticks with both read;
+    None where its run delay was read nowhere."""
+    host = {s.t_s: s for s in rec.host_samples if s.main_run_delay_s is not None}
+    ticks = [(host[a], host[b]) for a, b in _ticks(rec, window) if a in host and b in host]
+    seconds = sum(b.t_s - a.t_s for a, b in ticks)
+    if seconds <= 0:
+        return None
+    delay = sum(max(0.0, (b.main_run_delay_s or 0.0) - (a.main_run_delay_s or 0.0)) for a, b in ticks)
+    cpu = sum(max(0.0, b.main_cpu_s - a.main_cpu_s) for a, b in ticks)
+    return delay / seconds, cpu / seconds
 
 
 def _host_deltas(rec: Recording, ticks: list[tuple[float, float]]) -> tuple[float, float] | None:
@@ -138,37 +205,48 @@ def _machine(rec: Recording, window: Window | None) -> tuple[float, float, float
 def loading_cpu(rec: Recording, window: Window | None = None) -> LoadingCpu | None:
     """CPU that loading used in steady running, against the cores it could have used; None when unknown.
 
-    Without workers, loading runs in next(): the training process's CPU while it waited. With worker
-    processes: their CPU seconds together over the steady time. With threads: the training process's CPU
-    over the steady time (the step itself is a sleep, or runs on an accelerator).
+    Without workers, loading runs in next(): the training process's CPU while it waited, and its run delay
+    there (the process's run delay per CPU second it used, for the CPU it used in next(): descheduling holds up
+    a process in proportion to the CPU it asks for). With worker processes: their CPU seconds and run delay
+    together over the steady time. With threads: the training process's CPU and run delay over the steady time
+    (the step itself is a sleep, or runs on an accelerator). The node's cores are shared by its local ranks.
     """
     settings = rec.settings
-    usable = rec.host.usable_cores
+    usable, ranks = rec.host.usable_cores, rec.host.local_ranks
     machine = _machine(rec, window)
     others = None if machine is None else machine[1]
+    main_delay = _main_run_delay_cores(rec, window)
     if settings.num_workers == 0:
         steady = steady_batches(rec, window)
         waited = sum(b.wait_s for b in steady)
         if waited <= 0:
             return None
-        return LoadingCpu(sum(b.wait_cpu_s for b in steady) / waited, 1, usable, None, others)
+        cores = sum(b.wait_cpu_s for b in steady) / waited
+        delay = None
+        if main_delay is not None:
+            delay_cores, main_cpu_cores = main_delay
+            delay = delay_cores / main_cpu_cores * cores if main_cpu_cores > 0 else 0.0
+        return LoadingCpu(cores, 1, usable, None, others, delay, ranks)
     if settings.backend == "thread":
         if machine is None:
             return None
-        return LoadingCpu(machine[0], settings.num_workers, usable, None, others)
+        delay = None if main_delay is None else main_delay[0]
+        return LoadingCpu(machine[0], settings.num_workers, usable, None, others, delay, ranks)
     ticks = _ticks(rec, window)
     seconds = sum(b - a for a, b in ticks)
     if seconds <= 0 or not rec.worker_samples:
         return None
     main = None if machine is None else machine[0]
-    return LoadingCpu(_worker_cpu_s(rec, ticks) / seconds, settings.num_workers, usable, main, others)
+    delay_s = _worker_run_delay_s(rec, ticks)
+    delay = None if delay_s is None else delay_s / seconds
+    return LoadingCpu(_worker_cpu_s(rec, ticks) / seconds, settings.num_workers, usable, main, others, delay, ranks)
 
 
 def worker_cpu_per_batch(rec: Recording) -> float | None:
     """The worker processes' CPU seconds per batch delivered while they ran, over the steady ticks (see _ticks):
     every batch delivered in them counted, an epoch's first ones too, so that the loading done while an epoch
     starts and ends is in the figure. None without samples or batches in those ticks."""
-    ticks = _ticks(rec, None)
+    ticks = _ticks(rec, None, every_epoch_start=False)
     if not ticks or not rec.worker_samples:
         return None
     starts = [a for a, _ in ticks]  # consecutive sampling moments: sorted, not overlapping

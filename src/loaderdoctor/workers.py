@@ -33,12 +33,44 @@ def machine_busy_cpu_s() -> float:
     return sum(times) - idle - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
 
 
+def parse_run_delay_s(text: str) -> float | None:
+    """The run delay in seconds from one thread's /proc/PID/task/TID/schedstat ("ns on a CPU, ns runnable but
+    waiting for one, times run"); None where the text is not that, or reads "0 0 0": the kernel's words for
+    counts it does not keep (a thread that exists has run at least once)."""
+    try:
+        on_cpu_ns, run_delay_ns, timeslices = (int(field) for field in text.split()[:3])
+    except ValueError:
+        return None
+    if on_cpu_ns == run_delay_ns == timeslices == 0:
+        return None
+    return run_delay_ns / 1e9
+
+
+def run_delay_s(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """Seconds the live threads of process `pid` have spent runnable but not running (ready, while other
+    processes or its own threads held the cores), summed from their schedstat; None where the kernel does not
+    count it or the process is gone. Time descheduled so is neither computing nor waiting on I/O."""
+    try:
+        threads = os.listdir(proc / str(pid) / "task")
+    except OSError:
+        return None
+    delays = []
+    for tid in threads:
+        try:
+            delays.append(parse_run_delay_s((proc / str(pid) / "task" / tid / "schedstat").read_text()))
+        except OSError:
+            continue  # a thread that ended meanwhile
+    known = [d for d in delays if d is not None]
+    return sum(known) if known else None
+
+
 class WorkerSampler:
-    """A background thread that samples, every interval while active, each worker's USS/RSS, CPU time and
-    thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the machine's
-    and the training process's CPU (to tell other processes' load apart). With `keep_rounds`, a long run keeps
-    at most about that many rounds of samples: past it, every other round taken so far is dropped (the memory
-    of a watched run of days stays bounded; growth and CPU are read from the rounds that stay)."""
+    """A background thread that samples, every interval while active, each worker's USS/RSS, CPU time, run
+    delay and thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the
+    machine's and the training process's CPU (to tell other processes' load apart) and its run delay. With
+    `keep_rounds`, a long run keeps at most about that many rounds of samples: past it, every other round taken
+    so far is dropped (the memory of a watched run of days stays bounded; growth and CPU are read from the
+    rounds that stay)."""
 
     def __init__(
         self,
@@ -106,10 +138,11 @@ class WorkerSampler:
                     threads = max(1, proc.num_threads() - self._own_threads)
             except (psutil.Error, OSError):
                 continue  # a worker that ended between listing and sampling
-            taken.append(WorkerSample(t_s, pid, memory.uss, memory.rss, cpu.user + cpu.system, threads))
+            cpu_s = cpu.user + cpu.system
+            taken.append(WorkerSample(t_s, pid, memory.uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
         try:
             own = self._own.cpu_times()
-            host = HostSample(t_s, machine_busy_cpu_s(), own.user + own.system)
+            host = HostSample(t_s, machine_busy_cpu_s(), own.user + own.system, run_delay_s(self._own.pid))
         except (psutil.Error, OSError):
             host = None
         with self._lock:

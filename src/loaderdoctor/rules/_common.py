@@ -18,7 +18,7 @@ MIB = 2**20
 CRITICAL_TIME_SHARE = 0.20
 WARNING_TIME_SHARE = 0.05
 
-# Loading's CPU against the cores it could have used (usage.LoadingCpu.share): from this share on, loading
+# How much loading computes rather than waits (usage.LoadingCpu.compute_share): from this share on, loading
 # computes all it can and more workers than cores only compete; below WAITING_SHARE its processes mostly wait
 # (on disk, network), and more of them than cores keep more reads in flight.
 COMPUTING_SHARE = 0.75

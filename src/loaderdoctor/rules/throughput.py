@@ -31,6 +31,8 @@ from loaderdoctor.words import plural
 # more than the extra reads in flight gain.
 MAX_IO_WORKERS = 16
 IO_HEADROOM = 1.25
+# Loaders ready to run but kept off the cores this share of their time or more: said in the fix's words.
+DESCHEDULED_SHARE = 0.1
 
 # A later epoch's first batch this many times slower than a steady batch means workers were started again.
 RESPAWN_FIRST_BATCH_RATIO = 3.0
@@ -77,6 +79,11 @@ def _cpu_words(cpu: LoadingCpu, workers: int) -> str:
     available cores busy'."""
     who = "the main process" if workers == 0 else f"its {plural(workers, 'worker')}"
     words = f"{who} kept {cpu.cores:.1f} of the {cpu.available_cores:.1f} available cores busy"
+    if round(cpu.cores, 1) >= round(cpu.available_cores, 1):  # sampling noise can put it past them: at most all
+        words = f"{who} kept all {cpu.available_cores:.1f} available cores busy"
+    delayed = cpu.run_delay_share
+    if delayed is not None and delayed >= DESCHEDULED_SHARE:
+        words += f", ready to run but descheduled {percent(delayed)} of the time"
     if cpu.other_cores is not None and cpu.other_cores >= BUSY_OTHER_CORES:
         words += f" while other processes took {cpu.other_cores:.1f}"
     return words
@@ -105,7 +112,7 @@ def _loading_fix(rec: Recording, fraction: float, cpu: LoadingCpu | None) -> tup
     # Workers that keep up idle between batches: only saturated loading (the step waits most of the time, or
     # loading runs in the main process) shows in its CPU whether it computes or waits.
     saturated = workers == 0 or fraction > CRITICAL_TIME_SHARE
-    if cpu.share >= COMPUTING_SHARE:
+    if cpu.compute_share >= COMPUTING_SHARE:
         if workers < cores:
             return _worker_per_core(cores, f"Loading computes ({_cpu_words(cpu, workers)}) {where}")
         return {}, (
@@ -113,7 +120,7 @@ def _loading_fix(rec: Recording, fraction: float, cpu: LoadingCpu | None) -> tup
             "sample cheaper (decode once and cache, smaller images), use threads for work that releases the GIL, "
             "or move augmentation to the accelerator."
         )
-    if cpu.share < WAITING_SHARE and saturated:
+    if cpu.compute_share < WAITING_SHARE and saturated:
         suggested = _workers_to_fill(workers, fraction, cpu)
         if suggested > workers:
             change = {"num_workers": suggested, "persistent_workers": True}
@@ -132,6 +139,19 @@ def _loading_fix(rec: Recording, fraction: float, cpu: LoadingCpu | None) -> tup
         f"Loading nearly keeps up ({_cpu_words(cpu, workers)}); whether more "
         "workers would help cannot be told from its CPU: run `loaderdoctor tune` to measure them."
     )
+
+
+def _contention_evidence(rec: Recording, cpu: LoadingCpu | None) -> dict[str, Any]:
+    """Where the kernel counts it, the share of its loaders' time loading was ready but descheduled and the
+    share that decided the fix with it (see LoadingCpu.compute_share); the node's ranks, where several share
+    its cores (available_cores is then this rank's part)."""
+    evidence: dict[str, Any] = {}
+    if cpu is not None and cpu.run_delay_share is not None:
+        evidence["run_delay_share"] = round(cpu.run_delay_share, 3)
+        evidence["compute_share"] = round(cpu.compute_share, 3)
+    if rec.host.local_ranks > 1:
+        evidence["local_ranks"] = rec.host.local_ranks
+    return evidence
 
 
 def input_bound(rec: Recording) -> Finding | None:
@@ -159,6 +179,7 @@ def input_bound(rec: Recording) -> Finding | None:
             "available_cores": None if cpu is None else round(cpu.available_cores, 2),
             "loading_cpu_share": None if cpu is None else round(cpu.share, 3),
             "usable_cores": rec.host.usable_cores,
+            **_contention_evidence(rec, cpu),
         },
         fix=fix,
         snippet=settings_snippet(rec, change),

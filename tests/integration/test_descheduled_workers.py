@@ -1,0 +1,77 @@
+"""check on CPU-bound workers that processes hogging the same cores keep off them: time descheduled is no wait
+on I/O, so the loader is told CPU-bound and is not given more workers than cores."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import loaderdoctor
+from loaderdoctor.rules._common import COMPUTING_SHARE
+from loaderdoctor.workload import Workload
+
+pytestmark = [
+    pytest.mark.workers,
+    pytest.mark.timeout(120),
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),  # 2 workers on 1 core: meant
+]
+
+CORES = 1  # the test's process, its workers and the hogs are held to this many cores, whatever the machine
+HOGS = 3  # with the 2 workers, they take turns on it: each worker runs a fifth of the time
+
+
+class Crunch(Dataset):
+    """Pure computing: 40 ms of CPU a sample, nothing to wait for; long enough that no epoch runs out (an
+    epoch's end leaves workers idle, which says nothing of their loading)."""
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        total = 0.0
+        deadline = time.thread_time() + 0.04
+        while time.thread_time() < deadline:
+            total += 1.0
+        return torch.tensor([total])
+
+
+@pytest.fixture
+def hogged_cores():
+    """This thread (so the workers it forks, and the hogs) held to CORES cores, which HOGS busy loops share
+    with them; the hogs are killed and the cores given back whatever happens."""
+    if not Path(f"/proc/self/task/{os.getpid()}/schedstat").exists():
+        pytest.skip("this kernel keeps no schedstat: the run delay cannot be read")
+    before = os.sched_getaffinity(0)
+    if len(before) < CORES:
+        pytest.skip(f"needs {CORES} cores")
+    os.sched_setaffinity(0, sorted(before)[:CORES])
+    hogs: list[subprocess.Popen] = []
+    try:
+        for _ in range(HOGS):
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        os.sched_setaffinity(0, before)
+
+
+def test_cpu_bound_workers_beside_hogs_are_told_cpu_bound_not_waiting(hogged_cores):
+    loader = DataLoader(Crunch(), batch_size=2, num_workers=2, persistent_workers=True)
+    report = loaderdoctor.check(Workload(loader, step_ms=5), budget_s=6, verify_fix=False)
+    (loader_report,) = report.loaders.values()
+    finding = next(f for f in loader_report.findings if f.rule == "input-bound")
+    # Before the run delay counted, this read 25% of the core as waiting on I/O and prescribed 7 workers for it.
+    assert finding.settings_change.get("num_workers", 0) <= CORES, finding.fix  # none, or one per core at most
+    assert "waits" not in finding.fix, finding.fix
+    assert finding.evidence["run_delay_share"] >= 0.25, finding.evidence  # the hogs kept them off the cores
+    assert finding.evidence["compute_share"] >= COMPUTING_SHARE, finding.evidence
+    assert "CPU-bound" in finding.fix, finding.fix
