@@ -1,4 +1,4 @@
-"""Rules about memory: workers that keep growing, and pinned memory that does or would do nothing."""
+"""Rules about memory: workers that grow after start-up, and pinned memory that does or would do nothing."""
 
 from __future__ import annotations
 
@@ -8,9 +8,19 @@ from loaderdoctor.recording import Recording, WorkerSample, mean_batch_bytes
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import MIB, mb, settings_snippet
 from loaderdoctor.usage import worker_growth, worker_samples_after_startup
+from loaderdoctor.words import plural
 
+# Growth of a worker's USS after its first batch, per worker, that is named, whether it still rises or not: a
+# cost of this size is paid in every worker of every rank however long the check ran.
 GROWTH_WARNING_BYTES = 64 * MIB
-GROWTH_CRITICAL_BYTES = 256 * MIB
+GROWTH_CRITICAL_BYTES = 256 * MIB  # still rising: it ends in an out-of-memory kill
+# Levelled off (a one-time copy), severity goes by what it costs: per worker, and all copies together.
+COPY_WARNING_BYTES = 128 * MIB
+COPIES_WARNING_BYTES = 1024 * MIB
+COPIES_CRITICAL_BYTES = 4096 * MIB
+# A worker holds the batches it has built (prefetch_factor of them) and the one it builds, in memory of its own
+# until the main process takes them: growth within that many batches is buffers, not growth.
+BUFFERED_BATCHES_EXTRA = 1
 # A worker still grows when its last third of samples averages this share of its whole growth above its
 # middle third: steady growth gives 1/3, a cache that filled up early and stopped gives about 0.
 STILL_RISING_SHARE = 0.1
@@ -56,48 +66,96 @@ def _still_rising(samples: list[WorkerSample]) -> bool | None:
     return growth > 0 and last - middle >= STILL_RISING_SHARE * growth
 
 
-def memory_growth(rec: Recording) -> Finding | None:
-    """Workers' memory keeps growing over the run: how fast, and the usual causes."""
-    growth = worker_growth(rec)
-    if not growth:
-        return None
-    growth_bytes = statistics.median(last - first for first, last, _ in growth.values())
-    if growth_bytes < GROWTH_WARNING_BYTES:
-        return None
-    rising = [r for r in map(_still_rising, worker_samples_after_startup(rec).values()) if r is not None]
-    # A worker that grew and then levelled off (a cache filled once) is not a leak.
-    if not rising or sum(rising) * 2 < len(rising):
-        return None
-    seconds = statistics.median(s for _, _, s in growth.values())
-    growth_mb = mb(growth_bytes)
-    forked = rec.start_method == "fork"
-    if forked:
-        fix = (
+def _named_growth_bytes(rec: Recording) -> float:
+    """The least growth per worker that is named: GROWTH_WARNING_BYTES, or more where a worker's own batches
+    in flight could account for it."""
+    batch_bytes = mean_batch_bytes(rec) or 0.0
+    buffered = (rec.settings.prefetch_factor or 2) + BUFFERED_BATCHES_EXTRA
+    return max(float(GROWTH_WARNING_BYTES), buffered * batch_bytes)
+
+
+def _growth_fix(rec: Recording, still_rising: bool, each_mb: float, total_mb: float, copies: str) -> str:
+    """Why workers grow, in the words of how they were started and whether the growth levelled off."""
+    cost = f"{each_mb:g} MB in every worker, {total_mb:g} MB in all ({copies})"
+    if rec.start_method == "fork" and still_rising:
+        return (
             "Forked workers copy every Python object they touch (copy-on-read, pytorch#13246), and caches that "
             "never stop growing add to it: keep per-sample lists and dicts in numpy arrays or one buffer plus "
             "offsets, and bound caches (functools.lru_cache(maxsize=...))."
         )
-    else:
-        fix = (
+    if rec.start_method == "fork":
+        return (
+            "Forked workers share the parent's memory only until they write to it, and reading a Python object "
+            "writes its reference count: each worker copies every page of the dataset's lists, dicts and strings "
+            f"it reads (copy-on-read, pytorch#13246), or fills a cache once. It stopped growing, but the copy is "
+            f"paid once per worker: {cost}, more with every worker added. Keep such data in numpy arrays or one "
+            "buffer plus offsets, which reading leaves shared."
+        )
+    if still_rising:
+        return (
             f"Workers started with {rec.start_method} hold their own copy of the dataset from the start, so "
             "this growth is the workers' own doing after their first batch: a cache or a list that grows with "
             "every sample. Bound caches (functools.lru_cache(maxsize=...)) and keep nothing per sample."
         )
+    return (
+        f"Workers started with {rec.start_method} hold their own copy of the dataset from the start; after their "
+        f"first batch each one also loaded data on first use or filled a cache once: {cost}. It stopped growing, "
+        "but every worker pays it: load it before the workers start into one numpy array or a memory-mapped "
+        "file they share, or bound the cache (functools.lru_cache(maxsize=...))."
+    )
+
+
+def memory_growth(rec: Recording) -> Finding | None:
+    """Workers' memory grew after their first batch: still rising (a leak or an unbounded cache), or levelled
+    off (a one-time copy paid in every worker), with what it costs in all."""
+    growth = worker_growth(rec)
+    if not growth:
+        return None
+    growth_bytes = statistics.median(last - first for first, last, _ in growth.values())
+    if growth_bytes < _named_growth_bytes(rec):
+        return None
+    rising = [r for r in map(_still_rising, worker_samples_after_startup(rec).values()) if r is not None]
+    if not rising:
+        return None  # too few samples to tell a leak from a one-time copy
+    still_rising = sum(rising) * 2 >= len(rising)
+    workers, ranks = max(1, rec.settings.num_workers), max(1, rec.host.local_ranks)
+    total_bytes = growth_bytes * workers * ranks
+    seconds = statistics.median(s for _, _, s in growth.values())
+    growth_mb, total_mb = mb(growth_bytes), mb(total_bytes)
+    copies = plural(workers, "worker") + (f" × {ranks} local ranks" if ranks > 1 else "")
+    if still_rising:
+        severity = "critical" if growth_bytes >= GROWTH_CRITICAL_BYTES else "warning"
+        title = f"Each worker's memory grew by {growth_mb:g} MB in {seconds:.0f} s after start-up and is still growing"
+    else:
+        if total_bytes >= COPIES_CRITICAL_BYTES:
+            severity = "critical"
+        elif growth_bytes >= COPY_WARNING_BYTES or total_bytes >= COPIES_WARNING_BYTES:
+            severity = "warning"
+        else:
+            severity = "info"
+        title = (
+            f"Each worker's memory grew by {growth_mb:g} MB after its first batch and then levelled off: "
+            f"{total_mb:g} MB in all ({copies})"
+        )
     return Finding(
         rule="memory-growth",
-        severity="critical" if growth_bytes >= GROWTH_CRITICAL_BYTES else "warning",
-        title=f"Each worker's memory grew by {growth_mb:g} MB in {seconds:.0f} s after start-up and is still growing",
+        severity=severity,
+        title=title,
         evidence={
             "workers": len(growth),
             "uss_start_mb": mb(statistics.median(first for first, _, _ in growth.values())),
             "uss_end_mb": mb(statistics.median(last for _, last, _ in growth.values())),
             "growth_mb_per_worker": growth_mb,
-            "growth_mb_per_min": round(growth_bytes / MIB / seconds * 60, 1) if seconds > 0 else None,
+            # A rate only means something while it lasts: a levelled-off growth's would fall with the run's length.
+            "growth_mb_per_min": round(growth_bytes / MIB / seconds * 60, 1) if seconds > 0 and still_rising else None,
             "seconds": round(seconds, 1),
             "start_method": rec.start_method,
+            "still_rising": still_rising,
+            "local_ranks": ranks,
+            "total_mb": total_mb,
         },
-        fix=fix,
-        snippet=COMPACT_STORAGE_SNIPPET if forked else BOUNDED_CACHE_SNIPPET,
+        fix=_growth_fix(rec, still_rising, growth_mb, total_mb, copies),
+        snippet=COMPACT_STORAGE_SNIPPET if rec.start_method == "fork" else BOUNDED_CACHE_SNIPPET,
         settings_change={},
         # It costs memory, not time; the size only ranks it among other findings.
         impact=min(1.0, growth_bytes / (1024 * MIB)),
