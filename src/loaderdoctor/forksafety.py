@@ -4,6 +4,7 @@ the tuner and the guard; and what keeps a safer start method from working for a 
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import sys
 import threading
@@ -25,6 +26,35 @@ _HARMLESS_THREADS = ("QueueFeederThread",)
 _THREADING_FILE = os.path.realpath(threading.__file__)
 _COMPILE_WORKER_MARK = "compile_worker"  # torch/_inductor/compile_worker/__main__.py: inductor's compile pool
 
+# Library threads that hold no lock a forked worker takes while it loads samples, known by the code they run
+# (their package, and the file and function of their entry point), never by a thread's name, which anyone can give:
+# - IPython's HistorySavingThread, alive in every IPython or Jupyter session, waits on an Event, then writes the
+#   inputs of a cell through a sqlite3 connection it opened itself, under the HistoryManager's cache locks: only
+#   the shell's history code takes those (a worker never runs it), and no worker uses that connection. Forked in
+#   the midst of a write, a worker could only find sqlite's own process-wide mutexes held, which matter to a worker
+#   that opens sqlite3 itself; IPython releases since ipython/ipython#15115 (2026) stop the thread before every
+#   fork anyway. (ipykernel's own threads, ZMQ's I/O ones, are not vouched for here.)
+# - Lightning's _ChildProcessObserver ("child-process-observer", started by the DDP subprocess launcher in rank 0)
+#   sleeps 5 s and polls the ranks' Popen objects, which a worker never touches; only once a rank died does it
+#   log (logging resets its locks in a forked child) and kill the job.
+_BENIGN_THREADS = {
+    ("IPython", "IPython/core/history.py", "HistorySavingThread.run"),
+    ("lightning", "lightning/fabric/strategies/launchers/subprocess_script.py", "_ChildProcessObserver.run"),
+    ("lightning_fabric", "lightning_fabric/strategies/launchers/subprocess_script.py", "_ChildProcessObserver.run"),
+}
+
+
+def is_benign(thread: AliveThread) -> bool:
+    """Whether a thread runs library code known to hold no lock a forked worker needs (see _BENIGN_THREADS): by
+    its package and entry point, so a user's thread of the same name is still a hazard. An entry point recorded
+    before functions were named with their class ('run') matches too."""
+    where, _, function = thread.runs.rpartition(" in ")
+    path = where.rpartition(":")[0]
+    return any(
+        thread.package == package and path == file and function in (qualname, qualname.rpartition(".")[2])
+        for package, file, qualname in _BENIGN_THREADS
+    )
+
 
 def _package_of(path: str) -> str | None:
     """The installed package a source file belongs to ("tqdm" for .../site-packages/tqdm/_monitor.py)."""
@@ -37,25 +67,38 @@ def _package_of(path: str) -> str | None:
     return None
 
 
-def _entry_point(thread: threading.Thread, frames: dict[int, Any]) -> tuple[str, str | None]:
-    """Where a thread runs: its outermost frame outside threading.py ("tqdm/_monitor.py:60 in run"), and the
-    package of that code; ("", None) when its stack cannot be read."""
+def _entry_code(thread: threading.Thread, frames: dict[int, Any]) -> Any:
+    """The code a thread runs: its class's own run() where it overrides threading's (unwrapped from decorators,
+    as IPython's history thread's is), else its outermost frame outside threading.py (its target); None when
+    unknown."""
+    code = getattr(inspect.unwrap(type(thread).run), "__code__", None)
+    if code is not None and os.path.realpath(code.co_filename) != _THREADING_FILE:
+        return code
     frame = frames.get(thread.ident or -1)
     entry = None
     while frame is not None:
         if os.path.realpath(frame.f_code.co_filename) != _THREADING_FILE:
-            entry = frame
+            entry = frame.f_code
         frame = frame.f_back
+    return entry
+
+
+def _entry_point(thread: threading.Thread, frames: dict[int, Any]) -> tuple[str, str | None]:
+    """Where a thread runs: its entry point ("tqdm/_monitor.py:60 in TMonitor.run"), and the package of that
+    code; ("", None) when it cannot be read."""
+    entry = _entry_code(thread, frames)
     if entry is None:
         return "", None
-    path = entry.f_code.co_filename
+    path = entry.co_filename
     package = _package_of(path)
     shown = path
     if package is not None:
         shown = path[path.rfind(os.sep + package + os.sep) + 1 :]
     elif path.startswith(os.getcwd() + os.sep):
         shown = os.path.relpath(path)
-    return f"{shown}:{entry.f_code.co_firstlineno} in {entry.f_code.co_name}", package
+    # A class's method by its class ("TMonitor.run"); a function defined inside another by its own name ("hold").
+    name = entry.co_qualname.rpartition("<locals>.")[2]
+    return f"{shown}:{entry.co_firstlineno} in {name}", package
 
 
 def other_threads() -> list[AliveThread]:
@@ -136,11 +179,13 @@ class ForkHazards:
 
     @classmethod
     def of(cls, facts: list[IteratorFacts]) -> ForkHazards:
-        """The hazards seen at any of these iterators' creation (a thread is listed once, by name)."""
+        """The hazards seen at any of these iterators' creation (a thread is listed once, by name; the known
+        benign threads apart)."""
         threads: dict[str, AliveThread] = {}
         for it in facts:
             for thread in it.threads:
-                threads.setdefault(thread.name, thread)
+                if not is_benign(thread):
+                    threads.setdefault(thread.name, thread)
         return cls(
             threads=tuple(threads[name] for name in sorted(threads)),
             cuda_initialized=any(it.cuda_initialized for it in facts),

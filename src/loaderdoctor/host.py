@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import resource
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -38,6 +39,37 @@ def thread_frames() -> dict[int, FrameType]:
             gc.enable()
     frames.pop(threading.get_ident(), None)
     return frames
+
+
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*[a-z]?(\.exe)?", re.IGNORECASE)
+# The interpreter's options that take the next argument as their value ("-W ignore"; "-Wignore" takes none).
+_PYTHON_VALUED = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def program_name(argv: Sequence[str], name: str = "") -> str:
+    """A process named by its program, never by its arguments (another job's command line can hold a password):
+    the executable's base name ("python3"; a title such as "nginx: worker process" by its first word; `name`, the
+    kernel's name for it, when its command line is unknown), and for a Python process the script or module it
+    runs ("python3 train_b.py", "python3 -m torch.distributed.run", "python3 -c"). Applied to a name it gave, or
+    to a whole command line split at spaces (what older reports kept), it gives the same."""
+    words = argv[0].split() if argv else []  # a title set in place of argv[0] can hold the arguments too
+    program = words[0].rstrip(":") if words else ""
+    if program.startswith(("/", ".", "~")):  # a path; a kernel thread's name ("kworker/0:1") is none
+        program = os.path.basename(program.rstrip("/"))
+    program = program or name
+    if not _PYTHON.fullmatch(program):
+        return program
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in _PYTHON_VALUED:
+            next(args, None)
+        elif arg == "-m":
+            return f"{program} -m {next(args, '')}".rstrip()
+        elif arg == "-c" or arg == "-" or arg.startswith("-c"):
+            return f"{program} {arg[:2]}"
+        elif not arg.startswith("-") and arg.strip():
+            return f"{program} {os.path.basename(arg.strip().rstrip('/'))}"
+    return program
 
 
 _WORKER_MARKERS = ("multiprocessing.spawn", "multiprocessing.forkserver", "spawn_main")
@@ -119,7 +151,7 @@ def stray_workers() -> list[StrayProcess]:
             strays.append(
                 StrayProcess(
                     pid=proc.pid,
-                    cmdline=" ".join(proc.cmdline())[:200],
+                    cmdline=program_name(proc.cmdline(), proc.name()),
                     cpu_percent=proc.cpu_percent(None),
                     age_s=time.time() - proc.create_time(),
                 )
@@ -132,9 +164,9 @@ def stray_workers() -> list[StrayProcess]:
 # A process outside the run that used less than this share of a core is not worth naming.
 _NAMED_OTHER_CORES = 0.1
 _NAMED_OTHERS = 5
-_NAMED_OTHER_CPU_S = 0.05  # CPU seconds after which a process's command line is read
+_NAMED_OTHER_CPU_S = 0.05  # CPU seconds after which a process's program is read (program_name)
 
-CpuSnapshot = dict[tuple[int, float], tuple[float, str]]  # (pid, creation time) -> (CPU seconds, command line)
+CpuSnapshot = dict[tuple[int, float], tuple[float, str]]  # (pid, creation time) -> (CPU seconds, process name)
 
 
 def cpu_snapshot() -> CpuSnapshot:
@@ -190,7 +222,7 @@ class OtherLoad:
                 continue
             self._used[key] = self._used.get(key, 0.0) + used
             if key not in self._commands and self._used[key] >= _NAMED_OTHER_CPU_S:
-                self._commands[key] = _command_line(key[0], name)  # read while it still runs
+                self._commands[key] = _program(key[0], name)  # read while it still runs
         self._last, self._taken_at = now, taken_at
 
     def busiest(self, seconds: float) -> list[OtherProcess]:
@@ -206,10 +238,12 @@ class OtherLoad:
         ]
 
 
-def _command_line(pid: int, name: str) -> str:
+def _program(pid: int, name: str) -> str:
+    """What a process runs, without its arguments (program_name); its name alone when its command line cannot be
+    read."""
     with contextlib.suppress(psutil.Error):
-        return " ".join(psutil.Process(pid).cmdline())[:200] or name
-    return name
+        return program_name(psutil.Process(pid).cmdline(), name) or name
+    return program_name([], name)
 
 
 def _local_ranks() -> int:

@@ -209,6 +209,13 @@ def share_of_limit(rate: float | None, limit: Limit) -> float | None:
     return rate / limit.batches_per_s
 
 
+def reaches_limit(share: float) -> bool:
+    """Whether a rate at this share of the limit is at the limit, in words: the limit is computed from the same
+    run's sampled CPU and waits, so a measured rate can pass it by their noise (a few percent); shown as 105%, that
+    would claim a rate the host cannot give. The JSON keeps the share as measured."""
+    return round(share, 2) >= 1.0
+
+
 _BINDS_WORDS = {
     "loading-cpu": "loading's CPU binds ({cpu:.0f} ms of CPU per batch on {cores:g} cores)",
     "loading-io": "loading's waits bind ({io:.0f} ms per batch beyond its CPU, {workers} workers overlapping them)",
@@ -218,7 +225,8 @@ _BINDS_WORDS = {
 
 def limit_words(limit: Limit, rate: float | None, fixed_rate: float | None = None) -> str:
     """'40% of this host's limit of 39 batches/s: loading's CPU binds (52 ms of CPU per batch on 2 cores); the
-    fix reaches 95%', or why the limit is unknown."""
+    fix reaches 95%' ('at this host's limit ...' and 'the fix reaches it' from 100% on: see reaches_limit), or why
+    the limit is unknown."""
     if limit.batches_per_s is None or limit.binds is None:
         reasons = "; ".join(f"{part}: {why}" for part, why in limit.unknown.items())
         return f"unknown ({reasons})"
@@ -241,8 +249,11 @@ def limit_words(limit: Limit, rate: float | None, fixed_rate: float | None = Non
             f", {limit.steady_batches_per_s:.1f} within an epoch, less each epoch's end"
             f" ({limit.epoch_boundary_s * 1000:.0f} ms over {limit.epoch_batches} batches)"
         )
-    text = f"{share:.0%} of {text}" if share is not None else f"no rate measured against {text}"
+    if share is None:
+        text = f"no rate measured against {text}"
+    else:
+        text = f"at {text}" if reaches_limit(share) else f"{share:.0%} of {text}"
     fixed = share_of_limit(fixed_rate, limit)
     if fixed is not None:
-        text += f"; the fix reaches {fixed:.0%}"
+        text += "; the fix reaches it" if reaches_limit(fixed) else f"; the fix reaches {fixed:.0%}"
     return text

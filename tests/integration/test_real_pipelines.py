@@ -84,7 +84,7 @@ def test_a_monitor_thread_with_a_local_collate_fn_keeps_fork_and_names_the_threa
         monitor.join()
     finding = _rules(report)["fork-unsafe"]
     assert finding.settings_change == {}
-    assert "tqdm_monitor" in finding.title and "in run" in finding.title
+    assert "tqdm_monitor" in finding.title and "in _MonitorThread.run" in finding.title
     assert "collate_fn" in finding.fix and "keep fork" in finding.fix
     (loader_report,) = report.loaders.values()
     fix = loader_report.verification

@@ -280,7 +280,7 @@ def test_the_climb_stops_at_the_hosts_limit():
     host, result = search(40.0)
     assert 8 not in host.counts_run() and 4 in host.counts_run()
     (four,) = [t for t in result.trials if t.settings.num_workers == 4 and t.phase == "workers"]
-    assert four.note == "100% of this host's limit (40.0 batches/s): more workers cannot do much better"
+    assert four.note == "at this host's limit (40.0 batches/s): more workers cannot do much better"
     assert result.chosen.settings.num_workers == 4
     assert host.now < unknown.now  # fewer trials, less time
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console, Group
@@ -10,7 +11,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from loaderdoctor.host import program_name
 from loaderdoctor.limit import limit_words
+from loaderdoctor.recording import OtherProcess
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
 from loaderdoctor.settings import Settings
@@ -21,12 +24,45 @@ _MARK = {"critical": "✖", "warning": "▲", "info": "●"}
 _REFRESH_S = 0.1
 
 
+# Findings about the machine rather than a loader: every loader's recording sees them, a report shows them once.
+HOST_RULES = frozenset({"stray-workers"})
+
+
+def loader_findings(findings: list[Finding]) -> list[Finding]:
+    """A loader's own findings, the machine's (HOST_RULES) left to host_findings."""
+    return [f for f in findings if f.rule not in HOST_RULES]
+
+
+def host_findings(findings_by_loader: Iterable[list[Finding]]) -> list[Finding]:
+    """The machine's findings of a report, each rule once, as the last loader measured saw it."""
+    latest: dict[str, Finding] = {}
+    for findings in findings_by_loader:
+        latest.update((f.rule, f) for f in findings if f.rule in HOST_RULES)
+    return list(latest.values())
+
+
+def shown_findings(findings_by_loader: Iterable[list[Finding]]) -> list[Finding]:
+    """Every finding a report shows: each loader's own, and the machine's once (what its summary counts)."""
+    by_loader = list(findings_by_loader)
+    return [f for findings in by_loader for f in loader_findings(findings)] + host_findings(by_loader)
+
+
+def host_view(findings: list[Finding]) -> Group:
+    """The machine's findings under a heading of their own."""
+    return Group(Text("this machine", style="bold underline"), *(finding_view(f) for f in findings))
+
+
 def render(report: Report, console: Console) -> None:
-    """Print the whole report: per loader what was measured, the findings, and the verified fix."""
+    """Print the whole report: per loader what was measured, the findings, and the verified fix; then what was
+    found about the machine, once."""
     console.print(Text.assemble((f"loaderdoctor {report.command} ", "bold"), (report.target, "bold cyan")))
     for loader_report in report.loaders.values():
         console.print()
         console.print(_loader(loader_report))
+    machine = host_findings(lr.findings for lr in report.loaders.values())
+    if machine:
+        console.print()
+        console.print(host_view(machine))
     console.print()
     console.print(_verdict(report))
 
@@ -34,9 +70,10 @@ def render(report: Report, console: Console) -> None:
 def _loader(lr: LoaderReport) -> Group:
     rec = lr.recording
     parts: list[Any] = [Text(f"loader '{lr.name}'", style="bold underline"), _measured(lr)]
-    if not lr.findings:
+    findings = loader_findings(lr.findings)
+    if not findings:
         parts.append(Text("  No problems found.", style="green"))
-    for finding in lr.findings:
+    for finding in findings:
         parts.append(finding_view(finding))
     if lr.verification is not None:
         parts.append(_verification(rec.settings, lr.verification))
@@ -170,13 +207,25 @@ def startup_words(v: Verification) -> str | None:
 _BUSY_CORES = 0.25
 
 
-def _busy_host(cores: float | None, usable: float, others: list[Any]) -> str | None:
-    """Other processes' load in words, with the busiest by pid; None when the machine was quiet."""
+def other_process_words(process: OtherProcess) -> str:
+    """'pid 4242 (python3 train_b.py, 1.0 cores)': a process by its program, never its arguments (a report saved
+    before kept up to 200 characters of them)."""
+    return f"pid {process.pid} ({program_name(process.cmdline.split())}, {process.cores:.1f} cores)"
+
+
+def _busy_host(cores: float | None, usable: float, others: list[OtherProcess]) -> str | None:
+    """Other processes' load in words, with the busiest by pid; None when the machine was quiet. Their load is
+    the machine's, which can pass this process's usable cores (an affinity mask or a quota): then it is no share
+    of them."""
     if cores is None or cores < _BUSY_CORES:
         return None
-    text = f"other processes took {cores:.1f} of the {usable:g} usable cores while this was measured"
+    if round(cores, 1) <= usable:
+        text = f"other processes took {cores:.1f} of the {usable:g} usable cores while this was measured"
+    else:
+        text = f"other processes kept {cores:.1f} cores of the machine busy while this was measured"
+        text += f", more than the {usable:g} this process may use" if usable > 0 else ""
     if others:
-        text += ": " + ", ".join(f"pid {p.pid} ({p.cmdline[:40]}, {p.cores:.1f} cores)" for p in others[:3])
+        text += ": " + ", ".join(other_process_words(p) for p in others[:3])
     return text
 
 
@@ -221,9 +270,8 @@ def code_block(snippet: str) -> Syntax:
 
 def _verdict(report: Report) -> Text:
     counts = {s: 0 for s in _STYLE}
-    for lr in report.loaders.values():
-        for f in lr.findings:
-            counts[f.severity] += 1
+    for f in shown_findings(lr.findings for lr in report.loaders.values()):
+        counts[f.severity] += 1
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
     style = "bold red" if counts["critical"] else "yellow" if counts["warning"] else "green"
     return Text(f"Summary: {summary}.", style=style)

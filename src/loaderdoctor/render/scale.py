@@ -10,7 +10,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from loaderdoctor.render.console import finding_view
+from loaderdoctor.limit import reaches_limit
+from loaderdoctor.render.console import finding_view, host_findings, host_view, loader_findings, shown_findings
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import Verification
 from loaderdoctor.scale.report import RankFigures, ScaleLoaderReport, ScaleReport, ScaleRun
@@ -25,6 +26,10 @@ def render(report: ScaleReport, console: Console) -> None:
     for loader in report.loaders.values():
         console.print()
         console.print(_loader(loader))
+    machine = host_findings(lr.findings for lr in report.loaders.values())
+    if machine:
+        console.print()
+        console.print(host_view(machine))
     console.print()
     console.print(_summary(report))
 
@@ -34,9 +39,10 @@ def _loader(lr: ScaleLoaderReport) -> Group:
     for run in lr.runs:
         for failure in run.failures:
             parts.append(Text(f"  ✖ {run.ranks} ranks: {failure}", style="bold red"))
-    if not lr.findings:
+    findings = loader_findings(lr.findings)
+    if not findings:
         parts.append(Text("  No problems found across the ranks.", style="green"))
-    for finding in lr.findings:
+    for finding in findings:
         parts.append(finding_view(finding))
     if lr.verification is not None:
         parts.append(_proof(lr.verification))
@@ -81,7 +87,7 @@ def rank_words(figures: RankFigures) -> str:
     if figures.wait_fraction is not None:
         notes.append(f"{figures.wait_fraction * 100:.0f}%")
     if figures.share_of_limit is not None:
-        notes.append(f"{figures.share_of_limit:.0%} of limit")
+        notes.append("at limit" if reaches_limit(figures.share_of_limit) else f"{figures.share_of_limit:.0%} of limit")
     return f"r{figures.rank} {figures.samples_per_s:.1f}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -96,8 +102,9 @@ def _proof(v: Verification) -> Group:
 
 
 def _summary(report: ScaleReport) -> Text:
-    critical = sum(f.severity == "critical" for lr in report.loaders.values() for f in lr.findings)
-    warnings = sum(f.severity == "warning" for lr in report.loaders.values() for f in lr.findings)
+    shown = shown_findings(lr.findings for lr in report.loaders.values())
+    critical = sum(f.severity == "critical" for f in shown)
+    warnings = sum(f.severity == "warning" for f in shown)
     failed = sum(run.failed for lr in report.loaders.values() for run in lr.runs)
     words = [f"{n} {what}" for n, what in ((critical, "critical"), (warnings, "warning"), (failed, "failed run")) if n]
     style = "bold red" if critical or failed else "yellow" if warnings else "green"

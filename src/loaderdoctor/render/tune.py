@@ -7,6 +7,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from loaderdoctor.limit import reaches_limit
 from loaderdoctor.render.console import code_block
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.trial import Trial
@@ -135,9 +136,15 @@ def limit_words(tuning: LoaderTuning) -> str:
         (what, tuning.share_of_limit(trial))
         for what, trial in (("the baseline", tuning.baseline), ("the choice", tuning.chosen))
     ]
-    known = [f"{what} at {share:.0%}" for what, share in shares if share is not None]
+    # From 100% on a share is at the limit (reaches_limit); threads can pass a limit worker processes measured.
+    past = "past it" if limit["note"] else "at it"
+    known = [
+        f"{what} {past}" if reaches_limit(share) else f"{what} at {share:.0%} of it"
+        for what, share in shares
+        if share is not None
+    ]
     if known:
-        text += "; " + " and ".join(known) + " of it"
+        text += "; " + " and ".join(known)
     if limit["note"]:
         text += f" (the limit was {limit['note']})"
     return text

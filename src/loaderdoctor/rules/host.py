@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from loaderdoctor.host import program_name
 from loaderdoctor.recording import Recording, mean_batch_bytes, wait_fraction
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
@@ -34,7 +35,7 @@ TENSORS_PER_BATCH_GUESS = 2
 SHM_WARNING_SHARE = 0.5
 
 STRAY_CRITICAL_CPU_PERCENT = 50.0
-CMDLINE_CHARS = 80
+CMDLINE_CHARS = 80  # the most of a process's name the run-to-run rules show
 
 RAISE_FD_LIMIT_SNIPPET = """\
 import resource
@@ -226,27 +227,30 @@ def shm_capacity(rec: Recording) -> Finding | None:
 
 
 def stray_workers(rec: Recording) -> Finding | None:
-    """Worker processes left by earlier runs keep cores busy."""
+    """Worker processes left by earlier runs keep cores busy. About the machine, not the loader: a report of
+    several loaders shows it once (render/console.py, HOST_RULES)."""
     strays = rec.host.stray_workers
     if not strays:
         return None
     cpu_percent = sum(s.cpu_percent for s in strays)
     pids = " ".join(str(s.pid) for s in strays)
     noun, verb = ("process", "uses") if len(strays) == 1 else ("processes", "use")
+    # Each by its program, never its arguments: a report saved before kept up to 200 characters of them.
+    programs = [program_name(s.cmdline.split()) for s in strays]
     return Finding(
         rule="stray-workers",
         severity="critical" if cpu_percent > STRAY_CRITICAL_CPU_PERCENT else "warning",
         title=f"{len(strays)} worker {noun} left from earlier runs {verb} {cpu_percent:.0f}% CPU",
         evidence={
             "pids": [s.pid for s in strays],
-            "cmdlines": [s.cmdline[:CMDLINE_CHARS] for s in strays],
+            "programs": sorted(set(programs)),
             "cpu_percent": round(cpu_percent, 1),
         },
         fix=(
             "These are DataLoader workers of runs that were killed hard, whose parent is gone; they take cores "
             f"from this run until they end. End them with: kill {pids}"
         ),
-        snippet=f"kill {pids}",
+        snippet=None,  # the kill is in the fix, which every report and log shows: not printed twice
         settings_change={},
         # The share of the usable cores they take.
         impact=min(1.0, cpu_percent / 100 / rec.host.usable_cores) if rec.host.usable_cores > 0 else 1.0,

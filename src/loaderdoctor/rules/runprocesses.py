@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from loaderdoctor.host import program_name
 from loaderdoctor.rules.host import CMDLINE_CHARS
 from loaderdoctor.rules.runfigures import (
     HOST_LOAD,
@@ -25,6 +26,12 @@ if TYPE_CHECKING:  # at run time the history imports the rules, not the other wa
 # Below a tenth of a core a process is noise (OtherLoad names none below it); at most this many are named.
 NAMED_CORES = 0.1
 NAMED_PROCESSES = 5
+
+
+def cores_taken_by_others(run: RunRecord) -> float:
+    """The cores processes outside the run (stray workers apart) took during it."""
+    strays = {p.get("pid") for p in _stray_list(run.host)}
+    return sum((_cores(p) for p in _process_list(run.host) if p.get("pid") not in strays), 0.0)
 
 
 def other_processes(run: RunRecord, compared: list[RunRecord]) -> list[Change]:
@@ -133,8 +140,8 @@ def _named(process: dict[str, Any], *, stray: bool) -> dict[str, Any]:
 
 
 def _cmdline(process: dict[str, Any]) -> str:
-    """A process's command line, cut to CMDLINE_CHARS with an ellipsis."""
-    text = str(process.get("cmdline") or "")
+    """A process's program (host.program_name: an older record kept its arguments too), cut to CMDLINE_CHARS."""
+    text = program_name(str(process.get("cmdline") or "").split())
     return text if len(text) <= CMDLINE_CHARS else text[: CMDLINE_CHARS - 1].rstrip() + "…"
 
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loaderdoctor.limit import reaches_limit
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.budgets import mb, refused
 from loaderdoctor.tune.space import PREFETCH_FACTORS, Limits, candidate, worker_counts
@@ -158,8 +159,9 @@ class Search:
                 trial.note = "keeps up with the training step: more workers would only cost more"
                 break
             if best is trial and _near_limit(trial):
+                share = trial.batches_per_s / (trial.limit_batches_per_s or 1)
                 trial.note = (
-                    f"{trial.batches_per_s / (trial.limit_batches_per_s or 1):.0%} of this host's limit "
+                    f"{'at' if reaches_limit(share) else f'{share:.0%} of'} this host's limit "
                     f"({trial.limit_batches_per_s:.1f} batches/s): more workers cannot do much better"
                 )
                 if position + 1 < len(counts):

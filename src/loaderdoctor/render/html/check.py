@@ -4,7 +4,16 @@ verified before/after), then the figures, the timelines before and after, the ra
 from __future__ import annotations
 
 from loaderdoctor.recording import Recording
-from loaderdoctor.render.console import measured_rows, short_value, startup_words, verification_head
+from loaderdoctor.render.console import (
+    host_findings,
+    loader_findings,
+    measured_rows,
+    other_process_words,
+    short_value,
+    shown_findings,
+    startup_words,
+    verification_head,
+)
 from loaderdoctor.render.html.page import code, document, facts_table, section, verdict_box
 from loaderdoctor.render.html.plan import plan_block
 from loaderdoctor.render.html.timeline import epoch_rates, timeline, timeline_peak_ms, worker_memory
@@ -13,14 +22,21 @@ from loaderdoctor.words import plural
 
 
 def page(report: Report) -> str:
-    counts = {s: sum(f.severity == s for lr in report.loaders.values() for f in lr.findings) for s in _SEVERITIES}
+    shown = shown_findings(lr.findings for lr in report.loaders.values())
+    counts = {s: sum(f.severity == s for f in shown) for s in _SEVERITIES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no findings"
+    machine = host_findings(lr.findings for lr in report.loaders.values())
     return document(
         f"loaderdoctor {report.command} {report.target}",
         f"loaderdoctor {report.command} {report.target}",
         f"{plural(len(report.loaders), 'loader')}; summary: {summary}",
-        [loader_section(lr) for lr in report.loaders.values()],
+        [loader_section(lr) for lr in report.loaders.values()] + ([host_section(machine)] if machine else []),
     )
+
+
+def host_section(findings: list[Finding]) -> str:
+    """The machine's findings (stray workers), once for the whole report."""
+    return section("this machine", [finding_box(f, main=False) for f in findings], "loader")
 
 
 _SEVERITIES = ("critical", "warning", "info")
@@ -54,12 +70,13 @@ def _memory_label(name: str, rec: Recording, after: Recording | None) -> str:
 
 
 def _verdicts(lr: LoaderReport) -> str:
-    if not lr.findings:
+    findings = loader_findings(lr.findings)
+    if not findings:
         boxes = [verdict_box("good", "healthy", "No problems found.")]
     else:
-        boxes = [finding_box(f, main=(n == 0)) for n, f in enumerate(lr.findings)]
+        boxes = [finding_box(f, main=(n == 0)) for n, f in enumerate(findings)]
     if lr.verification is not None:
-        boxes.insert(1 if lr.findings else 0, _verification(lr))
+        boxes.insert(1 if findings else 0, _verification(lr))
     if lr.epoch_cost is not None:
         words = lr.epoch_cost.words()
         boxes.append(verdict_box("info", "epoch", words[0].upper() + words[1:] + "."))
@@ -133,7 +150,7 @@ def _host(rec: Recording) -> list[tuple[str, str]]:
         rows.append(
             (
                 "other processes",
-                ", ".join(f"pid {p.pid} ({p.cmdline[:40]}, {p.cores:.1f} cores)" for p in rec.other_processes[:3]),
+                ", ".join(other_process_words(p) for p in rec.other_processes[:3]),
             )
         )
     return rows

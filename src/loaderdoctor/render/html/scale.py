@@ -3,7 +3,8 @@ scaling efficiency against ranks, each rank's wait on data, the runs' table, the
 
 from __future__ import annotations
 
-from loaderdoctor.render.html.check import finding_box
+from loaderdoctor.render.console import host_findings, loader_findings
+from loaderdoctor.render.html.check import finding_box, host_section
 from loaderdoctor.render.html.page import data_table, document, section, verdict_box
 from loaderdoctor.render.html.plan import plan_block
 from loaderdoctor.render.html.svg import Bar, Series, bar_chart, legend, line_chart
@@ -14,11 +15,12 @@ from loaderdoctor.words import plural
 
 def page(report: ScaleReport) -> str:
     nodes = f" on {report.nnodes} nodes" if report.nnodes > 1 else ""
+    machine = host_findings(lr.findings for lr in report.loaders.values())
     return document(
         f"loaderdoctor scale {report.target}",
         f"loaderdoctor scale {report.target}",
         f"{plural(len(report.loaders), 'loader')}{nodes}",
-        [_loader(lr) for lr in report.loaders.values()],
+        [_loader(lr) for lr in report.loaders.values()] + ([host_section(machine)] if machine else []),
     )
 
 
@@ -26,9 +28,10 @@ def _loader(lr: ScaleLoaderReport) -> str:
     parts = []
     for run in lr.runs:
         parts.extend(verdict_box("critical", f"{run.ranks} ranks", failure) for failure in run.failures)
-    if not lr.findings:
+    findings = loader_findings(lr.findings)
+    if not findings:
         parts.append(verdict_box("good", "healthy", "No problems found across the ranks."))
-    parts.extend(finding_box(f, main=(n == 0)) for n, f in enumerate(lr.findings))
+    parts.extend(finding_box(f, main=(n == 0)) for n, f in enumerate(findings))
     if lr.verification is not None:
         v = lr.verification
         proved = v.verdict == "faster"
