@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -178,7 +179,7 @@ def _fix_and_verify(
         progress=phase("verify"),
     )
     verification = _chosen(verifications, searched_trials)
-    findings = _with_data_findings(findings, verification)
+    findings = _with_measured_advice(_with_data_findings(findings, verification), recording, verification)
     return LoaderReport(name, recording, findings, verification)
 
 
@@ -275,6 +276,38 @@ def _with_data_findings(findings: list[Finding], verification: Verification) -> 
         return findings
     finding = duplicate_samples(after)
     return findings if finding is None else order([*findings, finding])
+
+
+# Verdicts that measured the fix's settings as no fix: neither faster nor a quicker start on this machine.
+_DISPROVED = frozenset({"no-gain", "slower"})
+
+
+def _with_measured_advice(findings: list[Finding], recording: Recording, verification: Verification) -> list[Finding]:
+    """The findings, with the fix of each whose change of settings was measured and found no fix said so in its
+    own words instead of left as advice (its snippet and change dropped): one report tells one story."""
+    if verification.verdict not in _DISPROVED or verification.source != "rules":
+        return findings
+    tried = verification.settings
+    speedup = verification.speedup
+    measured = f"{speedup:.2f}x" if speedup is not None else "no faster"
+    amended = []
+    for finding in findings:
+        change = finding.settings_change
+        applies = change and recording.settings.replace(**change) != recording.settings
+        if applies and all(getattr(tried, key, None) == value for key, value in change.items()):
+            words = ", ".join(f"{key}={value!r}" for key, value in change.items())
+            finding = dataclasses.replace(
+                finding,
+                fix=(
+                    f"Measured here in turns with the loader's own settings, {words} was not a fix "
+                    f"({measured}, {verification.verdict.replace('-', ' ')}): the evidence above stands, but this "
+                    "change does not pay on this machine as it is now. " + finding.fix
+                ),
+                snippet=None,
+                settings_change={},
+            )
+        amended.append(finding)
+    return amended
 
 
 def _phase_progress(

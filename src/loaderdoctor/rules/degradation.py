@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
 from loaderdoctor.rules.runchanges import ranked_changes
-from loaderdoctor.rules.runfigures import TAKES_CORES, Change, figure, number
+from loaderdoctor.rules.runfigures import TAKES_CORES, Change, figure, number, takes_cores, usable_cores
+from loaderdoctor.rules.runprocesses import cores_taken_by_others
 
 if TYPE_CHECKING:  # at run time the history imports this module, not the other way round
     from loaderdoctor.history.records import RunRecord
@@ -53,7 +54,7 @@ def run_degradation(run: RunRecord, earlier: list[RunRecord]) -> Finding | None:
         of_runs = f"the median of the last {len(compared)} runs of {run.name!r}"
     if not same_settings:
         of_runs += " with other settings"
-    cause = first.words if first else "no measured change explains it (host, settings and data as before)"
+    cause = first.words if first else _unexplained(run)
     named = [p for change in changes for p in change.processes]
     return Finding(
         rule="run-degradation",
@@ -77,7 +78,7 @@ def run_degradation(run: RunRecord, earlier: list[RunRecord]) -> Finding | None:
             "likeliest_cause": first.what if first else None,
             "named_processes": named,
         },
-        fix=_fix(changes),
+        fix=_fix(run, changes),
         snippet=first.snippet if first else None,
         settings_change=first.settings_change if first else {},
         impact=1 - ratio,
@@ -125,13 +126,27 @@ def _rate_unit(run: RunRecord, compared: list[RunRecord], unit: str) -> str:
     return "samples_per_s" if len(sizes) > 1 and runs_have_samples else unit
 
 
-def _fix(changes: list[Change]) -> str:
+def _unexplained(run: RunRecord) -> str:
+    """The cause's words when no measured change explains the slowdown; never "host as before" while other
+    processes took cores during the run (as they did during the runs compared, or it would be a change)."""
+    others = cores_taken_by_others(run)
+    if takes_cores(others, usable_cores(run)):
+        return (
+            f"other processes took {others:.1f} cores during this run, as during the runs compared; no other "
+            "measured change explains it"
+        )
+    return "no measured change explains it (host, settings and data as before)"
+
+
+def _fix(run: RunRecord, changes: list[Change]) -> str:
     """The likeliest cause's fix, with those of the other named processes taking cores in earnest."""
     if not changes:
-        return (
-            "Nothing measured on the host, in the settings or in the data changed since the earlier runs: run "
-            "loaderdoctor check on this loader to find out where the time goes now."
+        where = (
+            "the findings of this report say where the time goes now"
+            if run.kind in ("check", "tune")
+            else "run loaderdoctor check on this loader to find out where the time goes now"
         )
+        return f"Nothing measured on the host, in the settings or in the data changed since the earlier runs: {where}."
     first = changes[0]
     others = [c.fix for c in changes[1:] if first.tier == TAKES_CORES and c.tier == TAKES_CORES]
     return " ".join([first.fix, *others])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from loaderdoctor.rules._common import MIB, percent
+from loaderdoctor.rules._common import MIB, WARNING_TIME_SHARE, percent
 from loaderdoctor.rules.runfigures import (
     CHANGED_RUN,
     HOST_LOAD,
@@ -24,7 +24,7 @@ from loaderdoctor.rules.runfigures import (
     takes_cores,
     usable_cores,
 )
-from loaderdoctor.rules.runprocesses import other_processes, stray_workers
+from loaderdoctor.rules.runprocesses import cores_taken_by_others, other_processes, stray_workers
 from loaderdoctor.settings import Settings
 
 if TYPE_CHECKING:  # at run time the history imports the rules, not the other way round
@@ -64,11 +64,31 @@ def _step(run: RunRecord, compared: list[RunRecord]) -> list[Change]:
     wait_now = number(run.measurements, "wait_fraction")
     wait_before = median(number(r.measurements, "wait_fraction") for r in compared)
     held = wait_now is not None and wait_before is not None and wait_now <= wait_before + WAIT_SHARE_NOISE
+    # A step on a CPU that other processes share slows with them: then the step is no cause of its own.
+    others = cores_taken_by_others(run)
+    contended = takes_cores(others, usable_cores(run))
     words = f"the training step took {figure(now)} ms a batch, up from {figure(before)} ms"
-    if held and wait_now is not None and wait_before is not None:
+    if contended:
+        words += f", while other processes took {others:.1f} cores (a step that computes on the CPU slows with them)"
+    elif held and wait_now is not None and wait_before is not None:
         words += (
             f", and the share of time waiting on data did not rise ({percent(wait_now)}, "
             f"{percent(wait_before)} before): the slowdown is the model's step, not the input"
+        )
+    # "More workers will not help" only where the loop hardly waits on data now: else it contradicts input-bound.
+    input_idle = wait_now is not None and wait_now < WARNING_TIME_SHARE
+    if contended:
+        fix = (
+            f"The training step got slower ({figure(before)} -> {figure(now)} ms a batch) while other processes "
+            f"took {others:.1f} cores: run where they do not, or lower their priority, and compare again."
+        )
+    else:
+        fix = (
+            f"The training step itself got slower ({figure(before)} -> {figure(now)} ms a batch)"
+            + (", not the input" if held else "")
+            + (": more workers will not help. " if held and input_idle else ". ")
+            + "Profile the step (torch.profiler) and look at what changed in the model, its inputs' shapes, "
+            "the device or the libraries."
         )
     return [
         Change(
@@ -76,13 +96,8 @@ def _step(run: RunRecord, compared: list[RunRecord]) -> list[Change]:
             before=round(before, 3),
             now=round(now, 3),
             words=words,
-            fix=(
-                f"The training step itself got slower ({figure(before)} -> {figure(now)} ms a batch)"
-                + (", not the input: more workers will not help. " if held else ". ")
-                + "Profile the step (torch.profiler) and look at what changed in the model, its inputs' shapes, "
-                "the device or the libraries."
-            ),
-            tier=STEP if held else HOST_LOAD,
+            fix=fix,
+            tier=STEP if held and not contended else HOST_LOAD,
             weight=share,
         )
     ]
