@@ -9,8 +9,10 @@ where a writer may come, so that readers run together.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 import time
 
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from loaderdoctor.errors import UsageError
 from loaderdoctor.scenarios._pipelines import rank_sampler
 from loaderdoctor.workload import Workload
 
@@ -28,16 +31,33 @@ POSE_FLOATS = 64  # a pose: 64 float32 values
 POSES = 512
 
 
-def shared_pose_file(poses: int = POSES) -> str:
-    """The path of the pose file every process of a run shares, created once (atomically: several ranks may
-    race to create it) with the same seeded contents."""
-    directory = os.path.join(tempfile.gettempdir(), "loaderdoctor-scenarios")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"poses-{poses}x{POSE_FLOATS}.f32")
+def private_folder(name: str, parent: str | None = None) -> str:
+    """A folder of this user's alone under the temporary folder (`name-UID`, mode 0700), made if missing and
+    checked when found: a real folder, not a link, owned by this user, open to nobody else. Another user who made
+    it first (to have this one write through a link of theirs) gets an error, never a write."""
+    directory = os.path.join(parent or tempfile.gettempdir(), f"{name}-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    found = os.lstat(directory)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise UsageError(
+            f"{directory} is not a private folder of this user (a link, another user's, or open to others)",
+            hint="remove it, or point TMPDIR at a folder of your own",
+        )
+    return directory
+
+
+def shared_pose_file(poses: int = POSES, parent: str | None = None) -> str:
+    """The path of the pose file every process of a run shares, in a private folder of this user's, created once
+    with the same seeded contents: written to a new file (never through a link) and renamed into place, since
+    several ranks may race to create it."""
+    path = os.path.join(private_folder("loaderdoctor-scenarios", parent), f"poses-{poses}x{POSE_FLOATS}.f32")
     if not os.path.exists(path):
         values = np.random.default_rng(0).standard_normal((poses, POSE_FLOATS), dtype=np.float32)
         partial = f"{path}.{os.getpid()}.partial"
-        values.tofile(partial)
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(values.tobytes())
         os.replace(partial, path)
     return path
 
