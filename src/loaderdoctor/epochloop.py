@@ -40,6 +40,7 @@ class EpochLoop:
     epoch_started: float
     epoch_pids: list[int]
     first_batch_s: dict[int, float]
+    first_batch_delay_s: dict[int, float | None]  # of it, the first worker's time descheduled
     iter_s: dict[int, float]
     step_times: list[float]
     last_step_end: float
@@ -87,6 +88,7 @@ class EpochLoop:
             EpochRecord(
                 epoch=self.epoch,
                 first_batch_s=self.first_batch_s.get(self.epoch),
+                first_batch_run_delay_s=self.first_batch_delay_s.get(self.epoch),
                 batches=batches,
                 wall_s=now - self.epoch_started,
                 worker_pids=list(self.epoch_pids),

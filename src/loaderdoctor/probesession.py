@@ -136,6 +136,7 @@ class ProbeSession(EpochLoop):
         self.epoch_started = 0.0
         self.epoch_pids: list[int] = []
         self.first_batch_s: dict[int, float] = {}
+        self.first_batch_delay_s: dict[int, float | None] = {}
         self.iter_s: dict[int, float] = {}
         self.step_times: list[float] = []
         self.last_step_end = 0.0
@@ -168,6 +169,7 @@ class ProbeSession(EpochLoop):
         elif isinstance(event, BatchDelivered):
             if event.first_batch_s is not None:
                 self.first_batch_s[event.epoch] = event.first_batch_s
+                self.first_batch_delay_s[event.epoch] = event.startup_run_delay_s
             self.tally.add(event.fingerprints)
             self.rec.batches.append(
                 BatchRecord(
@@ -179,6 +181,7 @@ class ProbeSession(EpochLoop):
                     nbytes=event.nbytes,
                     samples=event.samples,
                     delivered_s=self.clock() - self.started,
+                    wait_run_delay_s=event.wait_run_delay_s,
                 )
             )
 

@@ -93,6 +93,9 @@ class EpochRecord:
     # loader has one: the same value every epoch means set_epoch() was never called (the same order each epoch).
     # Only a watched run records it: the probe drives epochs itself and calls no set_epoch().
     sampler_epoch: int | None = None
+    # Of first_batch_s, for an epoch whose iter() started workers: the time its first worker was runnable but
+    # descheduled since it started (other processes held the cores; see BatchDelivered.startup_run_delay_s).
+    first_batch_run_delay_s: float | None = None
 
 
 @dataclass
@@ -105,6 +108,9 @@ class BatchRecord:
     nbytes: int
     samples: int
     delivered_s: float = 0.0  # when next() returned it, in seconds since the run started
+    # Of wait_s, the time the training loop's thread was runnable but not running: other processes held the cores
+    # (schedstat's run delay). Not a wait for data: see wait_fraction. None where the kernel does not count it.
+    wait_run_delay_s: float | None = None
 
 
 @dataclass
@@ -294,13 +300,20 @@ def mean_batch_bytes(rec: Recording) -> float | None:
     return statistics.mean(b.nbytes for b in rec.batches) if rec.batches else None
 
 
+def data_wait_s(batch: BatchRecord) -> float:
+    """The time the loop waited in next() for this batch's data: its wait, less the time the loop's own thread
+    was runnable but descheduled meanwhile (other processes held the cores: the machine's load, not the data's)."""
+    return max(0.0, batch.wait_s - (batch.wait_run_delay_s or 0.0))
+
+
 def wait_fraction(rec: Recording, window: Window | None = None) -> float | None:
-    """Share of steady-state time the training loop spent waiting in next(); None without a training step."""
+    """Share of steady-state time the training loop spent waiting in next() for data (data_wait_s: the time it
+    was itself descheduled left out); None without a training step."""
     if rec.step_s is None:
         return None
     steady = steady_batches(rec, window)
     total = sum(b.wait_s + b.step_s for b in steady)
-    return sum(b.wait_s for b in steady) / total if total > 0 else None
+    return sum(data_wait_s(b) for b in steady) / total if total > 0 else None
 
 
 def startup_s(rec: Recording) -> float:

@@ -174,6 +174,9 @@ class Verification:
     after_startup_s: float | None = None
     other_cores: float | None = None  # the most cores other processes took during a window
     other_processes: list[OtherProcess] = field(default_factory=list)
+    # Every pair of windows was measured while other processes took cores: the speedup is this machine's under
+    # that load, which can differ from a quiet machine's (the note says so).
+    under_load: bool = False
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -209,6 +212,7 @@ class Verification:
             "after_startup_s": _rounded(self.after_startup_s, 3),
             "other_processes_cores": _rounded(self.other_cores, 3),
             "other_processes": [dataclasses.asdict(p) for p in self.other_processes],
+            "under_load": self.under_load,
             "note": self.note,
             "source": self.source,
             "after_recording": None if self.after_recording is None else self.after_recording.to_dict(),

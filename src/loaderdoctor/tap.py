@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from loaderdoctor.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
 from loaderdoctor.forksafety import iterator_facts
 from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.workers import run_delay_s, thread_run_delay_s
 
 RECENT_BATCHES = 100  # the watchdog's yardstick is the slowest of the last 50 to 100 batches
 
@@ -64,6 +65,13 @@ class BatchDelivered:
     # One per sample (fingerprints.py), for an IterableDataset's first TALLIED_PER_EPOCH samples of an epoch:
     # whether its workers deliver the same samples. None for a map-style dataset, or when not told apart.
     fingerprints: list[int] | None = None
+    # Seconds of the wait the waiting thread was runnable but not running (other processes held the cores): the
+    # machine's time, not the data's. None where the kernel does not count it.
+    wait_run_delay_s: float | None = None
+    # For the first batch of an iter() that started workers: the seconds its first worker (which loads the first
+    # batch) was runnable but descheduled since it started, or the loop's own thread during the wait if more. The
+    # start-up's share that is the machine's load, not the loader's. None otherwise, or where not counted.
+    startup_run_delay_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,7 @@ class TapIterator:
         # Persistent workers start once; later iter() calls fork nothing, so there is no state to record.
         # Without workers the facts still tell whether adding workers under fork would be safe.
         fresh = loader.num_workers == 0 or starts_workers(loader)
+        self.started_workers = loader.num_workers > 0 and fresh
         facts = iterator_facts(epoch, tap.start_method) if fresh else None
         self.started_at = tap.clock()
         self.waiting_since: float | None = self.started_at  # iter() itself may block on worker start-up
@@ -210,6 +219,7 @@ class TapIterator:
             self.started_at = started
         self.interrupted = False
         cpu_started = time.process_time() if listening else 0.0
+        delay_started = thread_run_delay_s() if listening else None
         try:
             batch = next(self.inner)
         except StopIteration:
@@ -240,6 +250,13 @@ class TapIterator:
         self.delivered += 1
         if listening:
             wait_cpu_s = time.process_time() - cpu_started
+            delay_now = thread_run_delay_s() if delay_started is not None else None
+            wait_run_delay_s = None if delay_now is None else min(wait_s, max(0.0, delay_now - delay_started))
+            startup_run_delay_s = None
+            if first_batch_s is not None and self.started_workers and self.pids:
+                worker_delay = run_delay_s(self.pids[0])
+                if worker_delay is not None:
+                    startup_run_delay_s = min(first_batch_s, max(worker_delay, wait_run_delay_s or 0.0))
             samples = batch_samples(batch, tap.loader.batch_size or 1)
             fingerprints = None
             if tap.fingerprints and self.fingerprinted < TALLIED_PER_EPOCH:
@@ -255,6 +272,8 @@ class TapIterator:
                     samples=samples,
                     first_batch_s=first_batch_s,
                     fingerprints=fingerprints,
+                    wait_run_delay_s=wait_run_delay_s,
+                    startup_run_delay_s=startup_run_delay_s,
                 )
             )
         self.index += 1

@@ -10,7 +10,9 @@ epochs, each epoch's start-up included (workers started anew every epoch pay the
 loop sees them; the one start-up of a run is reported apart. Pairs measured while other processes kept
 BUSY_OTHER_CORES or more busy are left out when at least MIN_PAIRS quiet ones remain (and said in the note):
 load that comes and goes changes the ratio itself (it slows a process of two threads more than two processes
-of one), and the speedup is the machine's as it usually is. A fix is:
+of one), and the speedup is the machine's as it usually is. When every pair was busy, the speedup is the
+machine's under that load, measured fairly (both settings under it, in turns), and the note says it can differ
+on a quiet machine (Verification.under_load). A fix is:
 
 - faster when its speedup is at least MIN_SPEEDUP and most pairs agree it is faster;
 - slower (not a fix) only when every pair shows it slower, and by as much as MIN_SPEEDUP the other way;
@@ -305,11 +307,19 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
             f"; {plural(len(busy), 'more pair')} measured while other processes took up to {taken:.1f} cores "
             f"({_x_range(busy)}) left out"
         )
+    under_load = all(p.other_cores >= BUSY_OTHER_CORES for p in used)
+    if under_load:
+        low, high = min(p.other_cores for p in used), max(p.other_cores for p in used)
+        taken = f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f}"
+        note += (
+            f"; every pair was measured while other processes took {taken} cores: a fair comparison under that "
+            "load (both settings in turns), which can differ from a quiet machine's"
+        )
     if verdict == "quicker-start":
         note = f"starts in {startups[1]:.2f} s instead of {startups[0]:.2f} s, once per run, and runs as fast ({note})"
     return Verification(
         settings, rate_before, rate_after, before.outcome, after.outcome, verdict, note,
-        spread=spread, pairs=len(ratios), busy_pairs=len(busy), **common,
+        spread=spread, pairs=len(ratios), busy_pairs=len(busy), under_load=under_load, **common,
     )  # fmt: skip
 
 

@@ -79,6 +79,11 @@ def test_pairs_measured_while_other_processes_took_cores_are_left_out(monkeypatc
     loads.update({id(w): 1.0 for rec in (before, after) for w in rec.windows})
     everywhere = compare(before, after, "speed")
     assert everywhere.pairs == 6 and everywhere.busy_pairs == 0 and everywhere.speedup > 2.2
+    # Busy throughout: measured fairly (in turns, under the same load), and said to be the machine's under it.
+    assert everywhere.under_load and everywhere.to_dict()["under_load"] is True
+    assert "every pair was measured while other processes took 1.0 cores" in everywhere.note
+    assert "can differ from a quiet machine's" in everywhere.note
+    assert not v.under_load and "quiet machine" not in v.note
 
 
 def test_not_a_fix_only_when_slower_in_every_pair():

@@ -164,7 +164,9 @@ def input_bound(rec: Recording) -> Finding | None:
         return None
     cpu = loading_cpu(rec)
     change, fix = _loading_fix(rec, fraction, cpu)
-    waits = [b.wait_s for b in steady_batches(rec)]
+    steady = steady_batches(rec)
+    waits = [b.wait_s for b in steady]
+    delays = [b.wait_run_delay_s for b in steady if b.wait_run_delay_s is not None]
     return Finding(
         rule="input-bound",
         severity=severity,
@@ -180,12 +182,20 @@ def input_bound(rec: Recording) -> Finding | None:
             "loading_cpu_share": None if cpu is None else round(cpu.share, 3),
             "usable_cores": rec.host.usable_cores,
             **_contention_evidence(rec, cpu),
+            # Of the mean wait, the time the loop's own thread was descheduled (left out of wait_fraction).
+            **({"wait_descheduled_ms_mean": round(statistics.mean(delays) * 1000, 2)} if delays else {}),
         },
         fix=fix,
         snippet=settings_snippet(rec, change),
         settings_change=change,
         impact=fraction,
     )
+
+
+def _descheduled_startups(rec: Recording) -> dict[str, Any]:
+    """The evidence of the start-ups' time descheduled (left out of the respawn cost), where it was counted."""
+    delays = [e.first_batch_run_delay_s for e in rec.epochs[1:] if e.first_batch_run_delay_s is not None]
+    return {"descheduled_s_per_epoch": round(statistics.mean(delays), 3)} if delays else {}
 
 
 def _workers_restarted(rec: Recording) -> bool:
@@ -207,7 +217,12 @@ def worker_respawn(rec: Recording) -> Finding | None:
         return None
     interval = steady_interval_s(rec)
     # The first epoch's start-up stays with persistent workers: only the later ones are saved.
-    respawns = [max(0.0, e.first_batch_s - interval) for e in rec.epochs[1:] if e.first_batch_s is not None]
+    # Less the time the new workers waited for a core other processes held: the machine's load, not the loader's.
+    respawns = [
+        max(0.0, e.first_batch_s - (e.first_batch_run_delay_s or 0.0) - interval)
+        for e in rec.epochs[1:]
+        if e.first_batch_s is not None
+    ]
     if not respawns:
         return None
     cost_s = sum(respawns)
@@ -227,6 +242,7 @@ def worker_respawn(rec: Recording) -> Finding | None:
             "first_batch_s": [rounded(e.first_batch_s, 3) for e in rec.epochs],
             "respawn_s_per_epoch": round(per_epoch_s, 3),
             "respawn_fraction": round(impact, 3),
+            **_descheduled_startups(rec),
             "start_method": rec.start_method,
             "epochs": len(rec.epochs),
         },

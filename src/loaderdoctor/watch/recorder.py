@@ -148,6 +148,7 @@ class RunRecorder:
         self._open_step_from = 0.0  # when that step began (its batch's delivery)
         self._epoch_pids: list[int] = []
         self._first_batch_s: float | None = None
+        self._first_batch_delay_s: float | None = None
         self._sampler_epoch_now: int | None = None
         self._epoch_open = False
         self.finished = False
@@ -180,6 +181,7 @@ class RunRecorder:
         self.tally = self.last_tally = EpochTally(event.epoch, now - event.create_s)
         self._epoch_pids = list(event.worker_pids)
         self._first_batch_s = None
+        self._first_batch_delay_s = None
         self._sampler_epoch_now = self._sampler_epoch()
         starts = bool(event.worker_pids) and (
             not self.rec.epochs or self.rec.epochs[-1].worker_pids != list(event.worker_pids)
@@ -196,6 +198,7 @@ class RunRecorder:
             self._epoch_open = True
         if event.first_batch_s is not None and self._first_batch_s is None:
             self._first_batch_s = event.first_batch_s
+            self._first_batch_delay_s = event.startup_run_delay_s
         tally.batches += 1
         tally.wait_s += event.wait_s
         tally.samples += event.samples
@@ -212,6 +215,7 @@ class RunRecorder:
             nbytes=event.nbytes,
             samples=event.samples,
             delivered_s=now - self.started,
+            wait_run_delay_s=event.wait_run_delay_s,
         )
         self._open_step, self._open_step_from = batch, now
         if batch.index < self._startup or self.delivered % self._stride == 0:
@@ -272,6 +276,7 @@ class RunRecorder:
             EpochRecord(
                 epoch=tally.epoch,
                 first_batch_s=self._first_batch_s,
+                first_batch_run_delay_s=self._first_batch_delay_s,
                 batches=tally.batches,
                 wall_s=now - tally.started,
                 worker_pids=self._epoch_pids,

@@ -1,0 +1,323 @@
+"""Whether check's verdict holds on a busy machine: each loader checked quiet, beside one CPU hog and beside two
+(`python3 -c "while True: pass"`, one core each), N runs of each, and every verified speedup compared with a
+plain training loop's measured under the same load.
+
+Usage: python benchmarks/busy_verdicts.py [--runs N] [--budget S] [--loads 0,1,2] [--plain-s S] [NAME ...]
+
+The loaders (defined here, none of them a built-in scenario, each a habit of real pipelines):
+- shards: tar-like shards streamed by an IterableDataset split by worker, 2 workers started each epoch, a 50 ms
+  step: healthy;
+- map-healthy: a numpy map-style dataset, 2 persistent workers, a 50 ms step: healthy;
+- audio: log-mel spectrograms with torch.stft in the main process (num_workers=0): CPU-bound, starved;
+- lazy-open: a file opened on first use in each worker (0.5 s), 2 workers started each epoch: the start-up
+  every epoch is the cost;
+- io-wait: 6 ms of waiting on storage per sample in 1 worker: I/O-bound, more workers than cores pay.
+
+For each check: its main finding (rule and severity, or none), the verified fix's verdict and speedup; then, for a
+verified fix, a plain loop (a fresh process per run: a warm-up epoch, then whole epochs with the same training
+step for --plain-s seconds, start-ups included) of the original settings and of the fix, in turns, under the same
+load, and check's speedup over the plain loop's. A summary per loader says whether the main finding was the same in
+every run, whether a healthy loader got a critical finding under load, and whether every verified speedup was
+within 25% of the plain loop's (or the report said it could not measure fairly: verdict not-measured). The
+benchmark measures and prints; it asserts nothing and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+from loaderdoctor.workload import Workload
+
+HERE = Path(__file__).resolve()
+HEALTHY = {"shards", "map-healthy"}
+CHECK_TIMEOUT_S = 600
+PLAIN_TIMEOUT_S = 120
+GOAL_SPEEDUP_DIFF = 0.25
+
+
+# The loaders
+
+
+class Shards(IterableDataset):
+    """16 shards of 64 records each (a record: 2 KB of bytes, decoded into a float tensor), each worker reading
+    its own shards."""
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for shard in range(worker, 16, workers):
+            rng = np.random.default_rng(shard)
+            for _ in range(64):
+                record = rng.bytes(2048)
+                yield torch.from_numpy(np.frombuffer(record, dtype=np.uint8).astype(np.float32) / 255.0)
+
+
+class Table(Dataset):
+    """Rows of a numpy table, normalised."""
+
+    def __init__(self) -> None:
+        self.rows = np.random.default_rng(0).standard_normal((2048, 256)).astype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        row = self.rows[index]
+        return torch.from_numpy((row - row.mean()) / (row.std() + 1e-6))
+
+
+class Clips(Dataset):
+    """One-second clips at 16 kHz as log-mel-like spectrograms (torch.stft, a power, a log)."""
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(index)
+        wave = torch.randn(16000, generator=generator)
+        spectrum = torch.stft(wave, n_fft=1024, hop_length=64, window=torch.hann_window(1024), return_complex=True)
+        return torch.log1p(spectrum.abs().pow(2))[:128]
+
+
+class LazyFile(Dataset):
+    """Samples from a file each worker opens on first use (0.5 s, as an archive's index is read)."""
+
+    def __init__(self) -> None:
+        self.handle: object | None = None
+
+    def __len__(self) -> int:
+        return 384
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.handle is None:
+            time.sleep(0.5)
+            self.handle = object()
+        return torch.full((64,), float(index))
+
+
+class Storage(Dataset):
+    """Samples that wait on storage 6 ms each."""
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.006)
+        return torch.full((64,), float(index))
+
+
+def shards() -> Workload:
+    return Workload(DataLoader(Shards(), batch_size=32, num_workers=2), step_ms=50)
+
+
+def map_healthy() -> Workload:
+    return Workload(DataLoader(Table(), batch_size=64, num_workers=2, persistent_workers=True), step_ms=50)
+
+
+def audio() -> Workload:
+    return Workload(DataLoader(Clips(), batch_size=8), step_ms=10)
+
+
+def lazy_open() -> Workload:
+    return Workload(DataLoader(LazyFile(), batch_size=16, num_workers=2), step_ms=10)
+
+
+def io_wait() -> Workload:
+    return Workload(DataLoader(Storage(), batch_size=8, num_workers=1, persistent_workers=True), step_ms=10)
+
+
+LOADERS = {
+    "shards": shards,
+    "map-healthy": map_healthy,
+    "audio": audio,
+    "lazy-open": lazy_open,
+    "io-wait": io_wait,
+}
+
+
+# The plain loop
+
+
+def plain_in_process(name: str, settings: dict, seconds: float) -> float:
+    """Batches per second of whole epochs (start-ups included), after one epoch to warm up."""
+    from loaderdoctor.settings import LoaderSpec, Settings
+
+    workload = LOADERS[name]()
+    step_s = (workload.step_ms or 0.0) / 1000
+    loader = LoaderSpec.from_loader(workload.train).build(Settings.from_dict(settings))
+    for _ in loader:
+        time.sleep(step_s)
+    batches, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for _ in loader:
+            time.sleep(step_s)
+            batches += 1
+    return batches / (time.perf_counter() - started)
+
+
+def plain_rate(name: str, settings: dict, seconds: float) -> float | None:
+    command = [sys.executable, str(HERE), "--plain", name, json.dumps(settings), str(seconds)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=PLAIN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+    if result.returncode != 0:
+        raise SystemExit(f"the plain loop of {name} failed:\n{result.stderr}")
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+# Load
+
+
+@contextlib.contextmanager
+def hogs(count: int) -> Iterator[None]:
+    """`count` one-core busy processes for the block's time, always ended."""
+    started = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5 if count else 0.0)
+        yield
+    finally:
+        for process in started:
+            process.kill()
+        for process in started:
+            process.wait()
+
+
+# One check
+
+
+@dataclass
+class Row:
+    name: str
+    load: int
+    run: int
+    main: str  # "rule (severity)" or "none"
+    critical: bool
+    verdict: str | None = None
+    fix: str | None = None
+    check_speedup: float | None = None
+    plain_speedup: float | None = None
+    check_rates: tuple[float, float] | None = None  # the original's and the fix's, in check's windows
+    plain_rates: tuple[float, float] | None = None
+    busy_pairs: int = 0
+    under_load: bool = False  # the report says the speedup is the machine's under that load
+
+    @property
+    def ratio(self) -> float | None:
+        if self.check_speedup is None or not self.plain_speedup:
+            return None
+        return self.check_speedup / self.plain_speedup
+
+
+def check(name: str, load: int, run: int, budget_s: float, plain_s: float) -> Row:
+    target = f"{HERE}:{name.replace('-', '_')}"
+    command = [
+        sys.executable,
+        "-m",
+        "loaderdoctor",
+        "check",
+        target,
+        "--json",
+        "--no-history",
+        "--budget",
+        str(budget_s),
+    ]
+    with hogs(load):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+        if result.returncode not in (0, 1):
+            raise SystemExit(f"check {name} failed:\n{result.stderr}")
+        (loader,) = json.loads(result.stdout)["loaders"].values()
+        findings = loader["findings"]
+        main = f"{findings[0]['rule']} ({findings[0]['severity']})" if findings else "none"
+        row = Row(name, load, run, main, any(f["severity"] == "critical" for f in findings))
+        verification = loader.get("verification")
+        if verification is None:
+            return row
+        row.verdict = verification["verdict"]
+        row.fix = ", ".join(f"{k}={v}" for k, v in verification["settings"].items() if v is not None)
+        row.check_speedup = verification["speedup"]
+        row.check_rates = (verification["before"], verification["after"])
+        row.busy_pairs = verification.get("busy_window_pairs") or 0
+        row.under_load = bool(verification.get("under_load"))
+        if row.check_speedup is not None:
+            original = loader["recording"]["settings"]
+            before = plain_rate(name, original, plain_s)
+            after = plain_rate(name, verification["settings"], plain_s)
+            if before and after:
+                row.plain_speedup = after / before
+                row.plain_rates = (before, after)
+    return row
+
+
+def _rates(rates: tuple[float, float] | None) -> str:
+    return "-" if rates is None else f"{rates[0]:.1f} -> {rates[1]:.1f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--plain"]:
+        name, settings, seconds = argv[1], json.loads(argv[2]), float(argv[3])
+        print(plain_in_process(name, settings, seconds))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=list(LOADERS))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=20.0)
+    parser.add_argument("--loads", default="0,1,2", help="CPU hogs beside each check, comma-separated")
+    parser.add_argument("--plain-s", type=float, default=4.0, help="seconds of each plain loop")
+    args = parser.parse_args(argv)
+    loads = [int(n) for n in args.loads.split(",")]
+    print(f"{os.cpu_count()} cores; check --budget {args.budget:g}; {args.runs} runs per load; hogs {loads}")
+    print(f"{'loader':12} {'hogs':>4} {'run':>3}  {'main finding':28} {'verdict':14} {'check b/s':>14} {'check':>7} "
+          f"{'plain b/s':>14} {'plain':>7} {'ratio':>6}  fix")  # fmt: skip
+    rows: list[Row] = []
+    for name in args.names:
+        for load in loads:
+            for run in range(args.runs):
+                row = check(name, load, run, args.budget, args.plain_s)
+                rows.append(row)
+                ratio = "-" if row.ratio is None else f"{row.ratio:.2f}" + ("*" if row.under_load else " ")
+                print(
+                    f"{name:12} {load:>4} {run:>3}  {row.main:28} {row.verdict or '-':14} "
+                    f"{_rates(row.check_rates):>14} {_x(row.check_speedup):>7} {_rates(row.plain_rates):>14} "
+                    f"{_x(row.plain_speedup):>7} {ratio:>6}  {row.fix or ''}",
+                    flush=True,
+                )
+    print("\nper loader: main finding the same in every run; healthy loaders without a critical finding under load;")
+    print(f"verified speedups within {GOAL_SPEEDUP_DIFF:.0%} of the plain loop's under the same load, or said by")
+    print("the report to be the machine's under that load (every pair busy: ratio marked *)")
+    for name in args.names:
+        mine = [r for r in rows if r.name == name]
+        mains = sorted({r.main.split(" (")[0] for r in mine})
+        same = len(mains) == 1
+        healthy_ok = name not in HEALTHY or not any(r.critical for r in mine)
+        ratios = [r.ratio for r in mine if r.ratio is not None]
+        # A speedup the report says is the machine's under load (ratio marked *) is told apart, not a miss.
+        within = all(abs(r.ratio - 1) <= GOAL_SPEEDUP_DIFF or r.under_load for r in mine if r.ratio is not None)
+        health = "faulty" if name not in HEALTHY else "healthy: no critical" if healthy_ok else "healthy: CRITICAL"
+        shown = ", ".join(f"{r:.2f}" for r in ratios) or "none verified"
+        print(
+            f"{name:12} main {'same' if same else 'DIFFERS'} ({', '.join(mains)}); {health}; "
+            f"speedups {'within' if within else 'NOT within'} ({shown})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
