@@ -90,3 +90,18 @@ def test_the_tap_reads_the_loops_and_the_first_workers_run_delay():
     first, *rest = delivered
     assert first.startup_run_delay_s is not None and 0.0 <= first.startup_run_delay_s <= first.first_batch_s
     assert all(e.startup_run_delay_s is None for e in rest)
+
+
+def test_a_loader_open_for_a_small_part_of_the_run_is_weighed_by_it():
+    # A validation loader: its 2 epochs of 20 batches waited 50% of their time, and took 0.24 s of a 6 s run.
+    rec = make_recording(wait_s=0.05, step_s=0.05, epochs=2, batches_per_epoch=20)
+    alone = input_bound(rec)
+    assert alone is not None and alone.severity == "critical" and "share_of_run" not in alone.evidence
+    epochs = [dataclasses.replace(e, wall_s=0.12) for e in rec.epochs]
+    validation = dataclasses.replace(rec, epochs=epochs, wall_s=6.0)
+    assert input_bound(validation) is None  # 50% of 4% of the run: 2%, not worth a word
+    longer = dataclasses.replace(validation, wall_s=1.0)  # 24% of the run: 12%, a warning
+    finding = input_bound(longer)
+    assert finding.severity == "warning" and finding.evidence["share_of_run"] == 0.24
+    assert "which took 24% of the run" in finding.title
+    assert finding.impact == pytest.approx(finding.evidence["wait_fraction"] * 0.24, rel=0.01)

@@ -154,12 +154,28 @@ def _contention_evidence(rec: Recording, cpu: LoadingCpu | None) -> dict[str, An
     return evidence
 
 
+# A loader whose epochs were open for less than this share of the run (a validation loader between training
+# epochs) costs the run its waits times that share: its severity is weighed by it.
+PART_OF_THE_RUN = 0.75
+
+
+def share_of_run(rec: Recording) -> float:
+    """The share of the run the loader's epochs were open (iter() to their end): about 1 for a loader measured
+    alone or the training loader, small for a validation loader run between training epochs."""
+    if rec.wall_s <= 0 or not rec.epochs:
+        return 1.0
+    return min(1.0, sum(e.wall_s for e in rec.epochs) / rec.wall_s)
+
+
 def input_bound(rec: Recording) -> Finding | None:
-    """The training step waits for data: how long, and the change the measured CPU of loading calls for."""
+    """The training step waits for data: how long, and the change the measured CPU of loading calls for;
+    weighed by the loader's share of the run when it ran for a part of it only (see PART_OF_THE_RUN)."""
     fraction = wait_fraction(rec)
     if fraction is None or rec.step_s is None:
         return None
-    severity = time_cost_severity(fraction)
+    share = share_of_run(rec)
+    weight = share if share < PART_OF_THE_RUN else 1.0
+    severity = time_cost_severity(fraction * weight)
     if severity is None:
         return None
     cpu = loading_cpu(rec)
@@ -170,7 +186,8 @@ def input_bound(rec: Recording) -> Finding | None:
     return Finding(
         rule="input-bound",
         severity=severity,
-        title=f"The training step waits for data {percent(fraction)} of the time",
+        title=f"The training step waits for data {percent(fraction)} of the time"
+        + (f" of this loader's epochs, which took {percent(share)} of the run" if weight < 1.0 else ""),
         evidence={
             "wait_fraction": round(fraction, 3),
             "wait_ms_mean": round(statistics.mean(waits) * 1000, 2),
@@ -182,13 +199,14 @@ def input_bound(rec: Recording) -> Finding | None:
             "loading_cpu_share": None if cpu is None else round(cpu.share, 3),
             "usable_cores": rec.host.usable_cores,
             **_contention_evidence(rec, cpu),
+            **({"share_of_run": round(share, 3)} if weight < 1.0 else {}),
             # Of the mean wait, the time the loop's own thread was descheduled (left out of wait_fraction).
             **({"wait_descheduled_ms_mean": round(statistics.mean(delays) * 1000, 2)} if delays else {}),
         },
         fix=fix,
         snippet=settings_snippet(rec, change),
         settings_change=change,
-        impact=fraction,
+        impact=fraction * weight,
     )
 
 
