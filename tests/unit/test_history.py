@@ -502,3 +502,22 @@ def test_history_of_a_newer_schema_says_to_upgrade(capsys, wide_console):
     err = " ".join(capsys.readouterr().err.split())
     assert "has schema version 3; this loaderdoctor knows up to 1" in err
     assert "hint: upgrade loaderdoctor or set LOADERDOCTOR_HOME to another folder" in err
+
+
+def test_the_history_is_this_users_alone(tmp_path):
+    """Its runs name other processes: the folder is 0700 and the database (and its WAL files) 0600, an older
+    world-readable file narrowed."""
+    import os
+    import stat as stat_module
+
+    from loaderdoctor.history.store import History
+
+    path = tmp_path / "home" / "history.sqlite3"
+    History(path).close()
+    assert stat_module.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert stat_module.S_IMODE(os.stat(path).st_mode) == 0o600
+    os.chmod(path, 0o644)
+    History(path).close()
+    assert stat_module.S_IMODE(os.stat(path).st_mode) == 0o600
+    for extra in path.parent.glob("history.sqlite3-*"):
+        assert stat_module.S_IMODE(os.stat(extra).st_mode) & 0o077 == 0

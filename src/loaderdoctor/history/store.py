@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import sqlite3
+import stat
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,6 +56,21 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_create_runs]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def _private_file(path: Path) -> None:
+    """The database file readable by this user alone (0600), made so before SQLite opens it: its -wal and -shm
+    files take the same mode. A file of an earlier version, made 0644, is narrowed when it is this user's."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        return
+    except FileExistsError:
+        pass
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with contextlib.suppress(OSError):  # gone meanwhile, or a read-only mount: read as it is
+            found = os.lstat(name)
+            if stat.S_ISREG(found.st_mode) and found.st_uid == os.getuid() and found.st_mode & 0o077:
+                os.chmod(name, 0o600)
+
+
 class History:
     """The run history in one SQLite database, open until close(): created (folder included) when missing and
     brought to the current schema. Each process (each rank) opens its own; writes wait for each other."""
@@ -63,7 +79,9 @@ class History:
         self.path = history_path() if path is None else Path(path)
         self.timeout_s = timeout_s
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, exist_ok=True)  # its runs name other processes: this user's only
+            _private_file(self.path)
         except OSError as error:
             blocking = next((p for p in (self.path.parent, *self.path.parent.parents) if p.is_file()), None)
             why = f"{blocking} is a file, not a folder" if blocking else error.strerror or str(error)
