@@ -46,7 +46,7 @@ class AliveThread:
     """A thread of the main process other than the main one and loaderdoctor's own."""
 
     name: str
-    runs: str  # where it runs: its entry point, "tqdm/_monitor.py:60 in run"; "" when unknown
+    runs: str  # where it runs: its entry point, "tqdm/_monitor.py:60 in TMonitor.run"; "" when unknown
     package: str | None = None  # the installed package of that code ("tqdm"); None for the user's own code
 
     def describe(self) -> str:
