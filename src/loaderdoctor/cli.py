@@ -11,11 +11,11 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from rich.console import Console
 from rich.markup import escape
 
 from loaderdoctor.commands import COMMANDS
 from loaderdoctor.errors import LoaderDoctorError, UsageError
+from loaderdoctor.render.terminal import SafeConsole
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with `argv` (sys.argv[1:] by default); return the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    out = Console(highlight=False, file=None if sys.stdout.isatty() else _TrimmedLines(sys.stdout))
-    err = Console(stderr=True, highlight=False, file=None if sys.stderr.isatty() else _TrimmedLines(sys.stderr))
+    out = SafeConsole(highlight=False, file=None if sys.stdout.isatty() else _TrimmedLines(sys.stdout))
+    err = SafeConsole(stderr=True, highlight=False, file=None if sys.stderr.isatty() else _TrimmedLines(sys.stderr))
     restore_logging = None
     try:
         args = _parse(argv)

@@ -15,12 +15,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from rich.console import Console
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.forksafety import iterator_facts
 from loaderdoctor.render.console import render
+from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
 from loaderdoctor.watch.lightningfit import Fit, batch_count, dataloaders_of, facts_after_iter, moment
@@ -357,6 +357,6 @@ class LoaderDoctorCallback(Callback):
 
 def _print(report: Report) -> None:
     try:
-        render(report, Console(stderr=True))
+        render(report, SafeConsole(stderr=True))
     except Exception as error:
         log.warning("loaderdoctor could not print its diagnosis: %s: %s", type(error).__name__, error)
