@@ -521,3 +521,47 @@ def test_the_history_is_this_users_alone(tmp_path):
     assert stat_module.S_IMODE(os.stat(path).st_mode) == 0o600
     for extra in path.parent.glob("history.sqlite3-*"):
         assert stat_module.S_IMODE(os.stat(extra).st_mode) & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("measurements", [1, 2], "measurements is list, not dict"),
+        ("findings", {"rule": "x"}, "findings is dict, not list"),
+        ("findings", [{"rule": 3, "severity": "critical", "title": "t"}], r"findings\[0\] is no finding"),
+        ("host", "busy", "host is str, not dict"),
+        ("target", 7, "target is int, not str or NoneType"),
+    ],
+)
+def test_a_row_of_wrong_types_is_skipped_with_a_warning_as_a_damaged_one_is(tmp_path, caplog, field, value, said):
+    path = tmp_path / "h.sqlite3"
+    good = make_run(started_at=_stamp(1))
+    with History(path) as history:
+        history.add(good)
+    rest = {"host": {}, "settings": {}, "measurements": {}, "findings": [], field: value}
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("INSERT INTO runs VALUES (2, 'x', 'watch', ?, ?, ?)", (_stamp(2), _stamp(3), json.dumps(rest)))
+    db.close()
+    with History(path) as history:
+        assert history.runs() == [good]
+        with pytest.raises(LoaderDoctorError, match=f"run 2 in the history at .* cannot be read: {said}"):
+            history.get(2)
+
+
+def test_history_and_report_of_a_wrong_typed_row_say_so_without_a_traceback(tmp_path, capsys, monkeypatch):
+    from loaderdoctor.cli import main
+
+    monkeypatch.setenv("LOADERDOCTOR_HOME", str(tmp_path))
+    with History() as history:
+        history.add(make_run(started_at=_stamp(1)))
+    db = sqlite3.connect(tmp_path / "history.sqlite3")
+    with db:
+        rest = json.dumps({"host": {}, "settings": {}, "measurements": "fast", "findings": []})
+        db.execute("INSERT INTO runs VALUES (2, 'x', 'watch', ?, ?, ?)", (_stamp(2), _stamp(3), rest))
+    db.close()
+    assert main(["history"]) == 0
+    assert main(["report", "2"]) == 1  # a clear error, the history damaged: no usage error
+    err = capsys.readouterr().err
+    assert "run 2 in the history" in err and "measurements is str, not dict" in err
+    assert "Traceback" not in err

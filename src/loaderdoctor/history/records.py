@@ -23,6 +23,24 @@ def parse_iso(text: str) -> datetime.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
 
 
+# What each field of a run must be when it is read back: a row of other types (damaged, or written by hand) is
+# refused as a whole, and the history skips it with a warning, as it does a row that is no JSON.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "kind": (str,),
+    "started_at": (str,),
+    "ended_at": (str,),
+    "host": (dict,),
+    "settings": (dict,),
+    "measurements": (dict,),
+    "findings": (list,),
+    "dataset": (dict,),
+    "target": (str, type(None)),
+    "id": (int, type(None)),
+}
+_FINDING_TEXTS = ("rule", "severity", "title")
+
+
 @dataclass
 class RunRecord:
     """One run of one loader, plain data. `host` is what the host was at the run's start (snapshot.HostSnapshot
@@ -44,8 +62,16 @@ class RunRecord:
     id: int | None = None  # given by the history when saved
 
     def __post_init__(self) -> None:
+        for name, kinds in _FIELD_TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise TypeError(f"{name} is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}")
+        for number, finding in enumerate(self.findings):
+            if not isinstance(finding, dict) or not all(isinstance(finding.get(k), str) for k in _FINDING_TEXTS):
+                raise TypeError(f"findings[{number}] is no finding (a dict with {', '.join(_FINDING_TEXTS)} as text)")
         if self.kind not in KINDS:
             raise ValueError(f"unknown run kind {self.kind!r}: one of {', '.join(KINDS)}")
+        parse_iso(self.started_at), parse_iso(self.ended_at)  # ValueError for a moment that is none
 
     @property
     def duration_s(self) -> float:
