@@ -4,9 +4,10 @@ was there before, and put back afterwards unless another handler was set since."
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 Handler = Callable[[int, Any, Any], None]  # (signum, frame, the handler it replaced)
@@ -20,6 +21,22 @@ def chain(previous: Any, signum: int, frame: Any) -> None:
     elif previous == signal.SIG_DFL:
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)  # the default action; if it returns, the signal's default is to ignore it
+
+
+@contextlib.contextmanager
+def child_deaths_quiet() -> Iterator[None]:
+    """SIGCHLD left at its default (children kept for their parents to wait on, nothing raised) for the block's
+    time, the handler before it put back after: torch's SIGCHLD handler raises a dead worker's error again at
+    every child's exit, wherever the main thread is (see watch/script.py's _closed). A signal handler can only be
+    set from the main thread: elsewhere the block runs as it is."""
+    if not in_main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
 
 
 def in_main_thread() -> bool:

@@ -44,3 +44,31 @@ def test_a_handler_set_over_ours_still_reaches_the_one_before_and_a_reinstall_ma
     assert calls == ["ours", "user", "ours", "original"]
     handler.uninstall()
     assert signal.getsignal(signal.SIGUSR2) is users  # put back as found
+
+
+@pytest.mark.timeout(30)
+def test_child_deaths_are_quiet_in_the_block_and_the_handler_back_after_it():
+    """torch's SIGCHLD handler raises a dead worker's error wherever the main thread is: while a run's watches
+    close, it is not called (a child ended then is still there to be waited on), and it is back after."""
+    import subprocess
+    import sys
+    import time
+
+    from loaderdoctor.signals import child_deaths_quiet
+
+    told: list[int] = []
+
+    def handler(signum, frame):
+        told.append(signum)
+
+    previous = signal.signal(signal.SIGCHLD, handler)
+    try:
+        with child_deaths_quiet():
+            assert subprocess.run([sys.executable, "-c", "raise SystemExit(3)"]).returncode == 3  # waited on
+            time.sleep(0.1)
+        assert told == [] and signal.getsignal(signal.SIGCHLD) is handler
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        time.sleep(0.1)
+        assert told == [signal.SIGCHLD]
+    finally:
+        signal.signal(signal.SIGCHLD, previous)

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.signals import TemporaryHandler, chain
+from loaderdoctor.signals import TemporaryHandler, chain, child_deaths_quiet
 from loaderdoctor.usercode import is_own_file
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 
@@ -86,7 +86,15 @@ def run_script(script: Script, every: EveryLoader) -> ScriptRun:
         sys.argv[:] = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
-    return ScriptRun(status, every.close(), ended_by)
+    return ScriptRun(status, _closed(every), ended_by)
+
+
+def _closed(every: EveryLoader) -> list[LoaderRun]:
+    """Every watch ended with SIGCHLD quiet: torch's handler tells a dead worker's death again at each child's
+    exit while its iterator lives (the workers ending as the watches close them), wherever the main thread is, and
+    would end the summary that reports that very death."""
+    with child_deaths_quiet():
+        return every.close()
 
 
 def _run(script: Script) -> int:
