@@ -306,6 +306,17 @@ def data_wait_s(batch: BatchRecord) -> float:
     return max(0.0, batch.wait_s - (batch.wait_run_delay_s or 0.0))
 
 
+# Less of next()'s wait than this descheduled, on average, is not worth a word in a report.
+NOTABLE_DESCHEDULED_WAIT_S = 0.0005
+
+
+def descheduled_wait_s(rec: Recording, window: Window | None = None) -> float | None:
+    """The mean, over steady batches, of the part of next()'s wait that the loop's thread was descheduled (see
+    data_wait_s); None where it was not counted."""
+    delays = [b.wait_run_delay_s for b in steady_batches(rec, window) if b.wait_run_delay_s is not None]
+    return statistics.mean(delays) if delays else None
+
+
 def wait_fraction(rec: Recording, window: Window | None = None) -> float | None:
     """Share of steady-state time the training loop spent waiting in next() for data (data_wait_s: the time it
     was itself descheduled left out); None without a training step."""

@@ -19,7 +19,14 @@ from loaderdoctor.rates import (
     interval_s,
     training_rate,
 )
-from loaderdoctor.recording import OtherProcess, Recording, mean_batch_bytes, steady_batches, wait_fraction
+from loaderdoctor.recording import (
+    OtherProcess,
+    Recording,
+    descheduled_wait_s,
+    mean_batch_bytes,
+    steady_batches,
+    wait_fraction,
+)
 from loaderdoctor.scale.plan import DdpPlan
 from loaderdoctor.settings import Settings
 from loaderdoctor.usage import loading_cpu, other_cores, worker_uss_after_startup
@@ -58,6 +65,7 @@ def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
         "wait_ms_mean": _ms(statistics.mean(steady_waits) if steady_waits else None),
         "wait_ms_p50": _ms(statistics.median(steady_waits) if steady_waits else None),
         "wait_ms_p95": _ms(_percentile(steady_waits, 0.95)),
+        "wait_descheduled_ms_mean": _ms(descheduled_wait_s(rec)),
         "batch_mb": None if batch_bytes is None else round(batch_bytes / 2**20, 3),
         "loading_cores": None if cpu is None else round(cpu.cores, 3),
         "loading_cpu_share": None if cpu is None else round(cpu.share, 3),

@@ -205,9 +205,9 @@ def _machine(rec: Recording, window: Window | None) -> tuple[float, float, float
 def loading_cpu(rec: Recording, window: Window | None = None) -> LoadingCpu | None:
     """CPU that loading used in steady running, against the cores it could have used; None when unknown.
 
-    Without workers, loading runs in next(): the training process's CPU while it waited, and its run delay
-    there (the process's run delay per CPU second it used, for the CPU it used in next(): descheduling holds up
-    a process in proportion to the CPU it asks for). With worker processes: their CPU seconds and run delay
+    Without workers, loading runs in next(): the training process's CPU while it waited, and the loop's run
+    delay there as the tap read it (for events made from a trainer's hooks, the process's run delay per CPU
+    second, for the CPU it used in next()). With worker processes: their CPU seconds and run delay
     together over the steady time. With threads: the training process's CPU and run delay over the steady time
     (the step itself is a sleep, or runs on an accelerator). The node's cores are shared by its local ranks.
     """
@@ -223,7 +223,10 @@ def loading_cpu(rec: Recording, window: Window | None = None) -> LoadingCpu | No
             return None
         cores = sum(b.wait_cpu_s for b in steady) / waited
         delay = None
-        if main_delay is not None:
+        measured = [b.wait_run_delay_s for b in steady if b.wait_run_delay_s is not None]
+        if len(measured) == len(steady):  # the tap read the loop's own run delay in each next()
+            delay = sum(measured) / waited
+        elif main_delay is not None:  # events made from a trainer's hooks: the process's, by its CPU in next()
             delay_cores, main_cpu_cores = main_delay
             delay = delay_cores / main_cpu_cores * cores if main_cpu_cores > 0 else 0.0
         return LoadingCpu(cores, 1, usable, None, others, delay, ranks)

@@ -105,3 +105,26 @@ def test_a_loader_open_for_a_small_part_of_the_run_is_weighed_by_it():
     assert finding.severity == "warning" and finding.evidence["share_of_run"] == 0.24
     assert "which took 24% of the run" in finding.title
     assert finding.impact == pytest.approx(finding.evidence["wait_fraction"] * 0.24, rel=0.01)
+
+
+def test_the_report_says_how_much_of_the_wait_was_descheduled_only_when_it_is_notable():
+    from loaderdoctor.render.console import wait_per_batch
+    from loaderdoctor.report import measurements
+
+    rec = make_recording(wait_s=0.0034, step_s=0.05)
+    quiet = measurements(_descheduled(rec, 0.00001))
+    assert quiet["wait_descheduled_ms_mean"] == pytest.approx(0.01, abs=0.01)
+    assert "descheduled" not in wait_per_batch(quiet)
+    assert "wait_descheduled_ms_mean" not in input_bound(_descheduled(rec, 0.00001)).evidence
+    loaded = measurements(_descheduled(rec, 0.0022))
+    assert "3.4 ms per batch on average" in wait_per_batch(loaded)
+    assert "(2.2 ms of it descheduled by other processes, not waiting for data), median" in wait_per_batch(loaded)
+
+
+def test_loading_in_the_main_process_takes_its_run_delay_from_the_tap_when_it_read_it():
+    from loaderdoctor.settings import Settings as LoaderSettings
+    from loaderdoctor.usage import loading_cpu
+
+    rec = _descheduled(make_recording(settings=LoaderSettings(), wait_s=0.04, step_s=0.01), 0.02)
+    cpu = loading_cpu(rec)
+    assert cpu.run_delay_share == pytest.approx(0.5, rel=0.05)  # 20 ms of each 40 ms wait off the cores

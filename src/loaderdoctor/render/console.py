@@ -13,7 +13,7 @@ from rich.text import Text
 
 from loaderdoctor.host import program_name
 from loaderdoctor.limit import limit_words
-from loaderdoctor.recording import OtherProcess
+from loaderdoctor.recording import NOTABLE_DESCHEDULED_WAIT_S, OtherProcess
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
 from loaderdoctor.settings import Settings
@@ -260,7 +260,11 @@ def wait_per_batch(m: dict[str, Any]) -> str:
     mean, median = m.get("wait_ms_mean"), m.get("wait_ms_p50")
     if mean is None:  # a report saved before the mean was kept
         return f"median {median:.1f} ms per batch"
-    return f"{mean:.1f} ms per batch on average, median {median:.1f} ms"
+    descheduled = m.get("wait_descheduled_ms_mean")
+    of_it = ""
+    if descheduled is not None and descheduled >= NOTABLE_DESCHEDULED_WAIT_S * 1000:
+        of_it = f" ({descheduled:.1f} ms of it descheduled by other processes, not waiting for data)"
+    return f"{mean:.1f} ms per batch on average{of_it}, median {median:.1f} ms"
 
 
 def code_block(snippet: str) -> Syntax:

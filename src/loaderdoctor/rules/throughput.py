@@ -8,7 +8,13 @@ import statistics
 from typing import Any
 
 from loaderdoctor.forksafety import recorded_hazards
-from loaderdoctor.recording import Recording, startup_s, wait_fraction
+from loaderdoctor.recording import (
+    NOTABLE_DESCHEDULED_WAIT_S,
+    Recording,
+    descheduled_wait_s,
+    startup_s,
+    wait_fraction,
+)
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     COMPUTING_SHARE,
@@ -180,9 +186,8 @@ def input_bound(rec: Recording) -> Finding | None:
         return None
     cpu = loading_cpu(rec)
     change, fix = _loading_fix(rec, fraction, cpu)
-    steady = steady_batches(rec)
-    waits = [b.wait_s for b in steady]
-    delays = [b.wait_run_delay_s for b in steady if b.wait_run_delay_s is not None]
+    waits = [b.wait_s for b in steady_batches(rec)]
+    descheduled = descheduled_wait_s(rec)
     return Finding(
         rule="input-bound",
         severity=severity,
@@ -201,7 +206,11 @@ def input_bound(rec: Recording) -> Finding | None:
             **_contention_evidence(rec, cpu),
             **({"share_of_run": round(share, 3)} if weight < 1.0 else {}),
             # Of the mean wait, the time the loop's own thread was descheduled (left out of wait_fraction).
-            **({"wait_descheduled_ms_mean": round(statistics.mean(delays) * 1000, 2)} if delays else {}),
+            **(
+                {"wait_descheduled_ms_mean": round(descheduled * 1000, 2)}
+                if descheduled is not None and descheduled >= NOTABLE_DESCHEDULED_WAIT_S
+                else {}
+            ),
         },
         fix=fix,
         snippet=settings_snippet(rec, change),
