@@ -1,16 +1,21 @@
 """Signal handlers that loaderdoctor puts in place for a while (SIGUSR2 to end a stuck next(), a SIGCHLD
-wrapper around torch's): installed from the main thread only, passing what is not theirs to the handler that
-was there before, and put back afterwards unless another handler was set since."""
+wrapper around torch's, SIGTERM made an exception that cannot be lost): installed from the main thread only,
+passing what is not theirs to the handler that was there before, and put back afterwards unless another handler
+was set since."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 Handler = Callable[[int, Any, Any], None]  # (signum, frame, the handler it replaced)
+# How long after its exception was swallowed a signal is sent again: past the hook that swallowed it.
+SEND_AGAIN_AFTER_S = 0.001
 
 
 def chain(previous: Any, signum: int, frame: Any) -> None:
@@ -84,3 +89,77 @@ class TemporaryHandler:
     def current(self) -> bool:
         """Whether this handler is the one in place now."""
         return self._installed is not None and signal.getsignal(self.signum) is self._installed
+
+
+class SignalRaises:
+    """While installed, `signum` raises `exception(signum)` in the main thread, and that exception cannot be lost.
+    Python runs a handler between any two bytecodes of the main thread, some of them in code whose exceptions it
+    can only print ("Exception ignored in: ..."): a fork hook such as logging's, a __del__, a weakref or gc
+    callback. There the exception would vanish and the program run on, so each one swallowed (Python hands it to
+    sys.unraisablehook, which is ours while installed) has the signal sent again a moment later, from a thread of
+    its own (sent from the hook, it would raise in the hook), to raise in the code the main thread runs then.
+    `received` is the signal once one came: a program that ends before the signal comes again was still ended
+    by it. A handler that was in place before gets the signal instead (see chain); one set after replaces this
+    one."""
+
+    def __init__(self, signum: int, exception: Callable[[int], BaseException]) -> None:
+        self.signum = signum
+        self.received: int | None = None
+        self._exception = exception
+        self._handler = TemporaryHandler(signum, self._handle)
+        self._raised: list[BaseException] = []  # the exceptions raised so far, to know them when swallowed
+        self._hook: Callable[[Any], None] | None = None
+        self._hook_before: Callable[[Any], None] | None = None
+        self._lock = threading.Lock()  # held while the signal is sent again, and while the handler is put back
+
+    def __enter__(self) -> SignalRaises:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    @property
+    def installed(self) -> bool:
+        return self._handler.installed
+
+    def install(self) -> bool:
+        """Put the handler (and the unraisable hook) in place, from the main thread; whether it is in place."""
+        if self._handler.installed or not self._handler.install():
+            return self._handler.installed
+        before = self._hook_before = sys.unraisablehook
+
+        def hook(unraisable: Any) -> None:
+            if any(unraisable.exc_value is raised for raised in self._raised):
+                threading.Thread(target=self._send_again, name="loaderdoctor-signal-again", daemon=True).start()
+                return
+            before(unraisable)
+
+        sys.unraisablehook = self._hook = hook
+        return True
+
+    def uninstall(self) -> None:
+        """Put back the handler and the unraisable hook it replaced, each unless another was set since."""
+        if not self._handler.installed or not in_main_thread():
+            return
+        with self._lock:
+            self._handler.uninstall()
+        if sys.unraisablehook is self._hook and self._hook_before is not None:
+            sys.unraisablehook = self._hook_before
+        self._hook = self._hook_before = None
+        self._raised.clear()
+
+    def _handle(self, signum: int, frame: Any, previous: Any) -> None:
+        if previous not in (signal.SIG_DFL, None):
+            chain(previous, signum, frame)
+            return
+        self.received = signum
+        raised = self._exception(signum)
+        self._raised.append(raised)
+        raise raised
+
+    def _send_again(self) -> None:
+        time.sleep(SEND_AGAIN_AFTER_S)
+        with self._lock:
+            if self._handler.current():
+                signal.pthread_kill(threading.main_thread().ident or 0, self.signum)

@@ -72,3 +72,80 @@ def test_child_deaths_are_quiet_in_the_block_and_the_handler_back_after_it():
         assert told == [signal.SIGCHLD]
     finally:
         signal.signal(signal.SIGCHLD, previous)
+
+
+class _Stop(BaseException):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@pytest.mark.timeout(30)
+def test_a_raising_signal_swallowed_in_a_del_is_sent_again_and_raises_where_it_can(sigusr2):
+    """Python only prints an exception raised in a __del__ (as in a fork hook): the signal comes again."""
+    import sys
+    import time
+
+    from loaderdoctor.signals import SignalRaises
+
+    hook_before = sys.unraisablehook
+
+    class Dropped:
+        def __del__(self):
+            signal.raise_signal(signal.SIGUSR2)  # its handler runs here, where the exception is swallowed
+            for _ in range(1000):
+                pass
+
+    raises = SignalRaises(signal.SIGUSR2, _Stop)
+    with raises:
+        assert sys.unraisablehook is not hook_before
+        with pytest.raises(_Stop) as stopped:
+            Dropped()  # dropped at once: __del__ runs, the exception in it is swallowed
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                time.sleep(0.001)  # ... and raised again here
+        assert stopped.value.signum == signal.SIGUSR2 and raises.received == signal.SIGUSR2
+    assert sys.unraisablehook is hook_before and signal.getsignal(signal.SIGUSR2) is not None
+    assert not raises.installed
+
+
+def test_a_raising_signal_leaves_a_handler_that_was_there_before_and_an_ignored_signal_ignored(sigusr2):
+    from loaderdoctor.signals import SignalRaises
+
+    calls: list[int] = []
+    signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    with SignalRaises(signal.SIGUSR2, _Stop) as raises:
+        signal.raise_signal(signal.SIGUSR2)  # the program's own handler gets it; nothing raised
+    assert calls == [signal.SIGUSR2] and raises.received is None
+
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # as nohup leaves SIGHUP
+    with SignalRaises(signal.SIGUSR2, _Stop) as raises:
+        signal.raise_signal(signal.SIGUSR2)
+    assert raises.received is None and signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+
+
+def test_an_unraisable_hook_set_over_ours_stays_and_other_exceptions_reach_the_one_before(sigusr2):
+    import sys
+
+    from loaderdoctor.signals import SignalRaises
+
+    seen: list[BaseException] = []
+    hook_before = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: seen.append(unraisable.exc_value)
+    try:
+        with SignalRaises(signal.SIGUSR2, _Stop):
+
+            class Broken:
+                def __del__(self):
+                    raise ValueError("not ours")
+
+            Broken()
+            assert [type(error) for error in seen] == [ValueError]  # passed on
+
+            def users_hook(unraisable):
+                pass
+
+            sys.unraisablehook = users_hook
+        assert sys.unraisablehook is users_hook  # set over ours: left in place
+    finally:
+        sys.unraisablehook = hook_before

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.signals import TemporaryHandler, chain, child_deaths_quiet
+from loaderdoctor.signals import SignalRaises, child_deaths_quiet
 from loaderdoctor.usercode import is_own_file
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 
@@ -68,11 +68,13 @@ def run_script(script: Script, every: EveryLoader) -> ScriptRun:
     are restored."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     ended_by: str | None = None
-    term = TemporaryHandler(signal.SIGTERM, _exit_on_term)
+    term = SignalRaises(signal.SIGTERM, _Terminated)  # unless the program had a handler of its own for it
     term.install()
     every.install()
     try:
         status = _run(script)
+        if term.received is not None:  # its exception was swallowed, and the script ended before it came again
+            status, ended_by = 128 + term.received, "SIGTERM"
     except KeyboardInterrupt:
         _print_exception(*sys.exc_info())
         status, ended_by = INTERRUPTED_STATUS, "Ctrl-C"
@@ -124,16 +126,11 @@ def _exit_status(code: Any) -> int:
 
 
 class _Terminated(BaseException):
+    """SIGTERM ends the script as an exception (its finally blocks run), then the summary is written."""
+
     def __init__(self, signum: int) -> None:
         super().__init__(f"ended by signal {signum}")
         self.signum = signum
-
-
-def _exit_on_term(signum: int, frame: Any, previous: Any) -> None:
-    """SIGTERM with no handler of the script's: end the script (its finally blocks run), then the summary."""
-    if previous in (signal.SIG_DFL, None):
-        raise _Terminated(signum)
-    chain(previous, signum, frame)
 
 
 def _print_exception(kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
