@@ -5,6 +5,7 @@ was set since."""
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import signal
 import sys
@@ -111,6 +112,7 @@ class SignalRaises:
         self._hook: Callable[[Any], None] | None = None
         self._hook_before: Callable[[Any], None] | None = None
         self._lock = threading.Lock()  # held while the signal is sent again, and while the handler is put back
+        self._in_hook = False
 
     def __enter__(self) -> SignalRaises:
         self.install()
@@ -131,7 +133,11 @@ class SignalRaises:
 
         def hook(unraisable: Any) -> None:
             if any(unraisable.exc_value is raised for raised in self._raised):
-                threading.Thread(target=self._send_again, name="loaderdoctor-signal-again", daemon=True).start()
+                self._in_hook = True  # a signal that comes now raises nothing: the hook would swallow it too
+                try:
+                    _thread.start_new_thread(self._send_again, ())  # not threading's: its start() waits
+                finally:
+                    self._in_hook = False
                 return
             before(unraisable)
 
@@ -154,6 +160,9 @@ class SignalRaises:
             chain(previous, signum, frame)
             return
         self.received = signum
+        if self._in_hook:
+            _thread.start_new_thread(self._send_again, ())
+            return
         raised = self._exception(signum)
         self._raised.append(raised)
         raise raised
