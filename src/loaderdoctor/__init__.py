@@ -1,5 +1,7 @@
 """loaderdoctor: find out why a PyTorch training job waits on its data, and prove the fix by measuring it."""
 
+# First: Ctrl-C while the command line imports torch is held until the imports are done (see startup.py).
+from loaderdoctor import startup as _startup  # noqa: F401
 from loaderdoctor.check import check
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, UsageError
 from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch

@@ -4,18 +4,27 @@ exit status; the subcommands live in loaderdoctor.commands."""
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
 import json
 import logging
+import os
 import re
+import select
 import sys
+import warnings
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
+# Imported whole before Ctrl-C is let through (startup.release_interrupt): numpy loads numpy.random on first
+# use, and a Ctrl-C in the middle of that import can leave it half-initialised for the code handling the Ctrl-C.
+import numpy.random  # noqa: F401
 from rich.markup import escape
 
+from loaderdoctor import startup
 from loaderdoctor.commands import COMMANDS
-from loaderdoctor.errors import LoaderDoctorError, UsageError
-from loaderdoctor.render.terminal import SafeConsole
+from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, UsageError
+from loaderdoctor.render.terminal import SafeConsole, VisibleFormatter
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     err = SafeConsole(stderr=True, highlight=False, file=None if sys.stderr.isatty() else _TrimmedLines(sys.stderr))
     restore_logging = None
     try:
+        if startup.release_interrupt():  # Ctrl-C while loaderdoctor was importing: nothing has run yet
+            err.print("interrupted: stopped before anything ran")
+            return 130
         args = _parse(argv)
         restore_logging = _log_to_stderr(args)
         return COMMANDS[args.command].run(args, out, err)
@@ -64,6 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except OSError as error:
+        if not _stdout_lost(error):
+            raise
+        err.print(f"[bold red]error:[/] cannot write to standard output: {escape(str(error))}", soft_wrap=True)
+        err.print(
+            "[dim]hint:[/] something closed it (the target or its dataset?) or its reader went away; check, tune and "
+            "scale keep their runs in the history: `loaderdoctor report latest` shows the last one",
+            soft_wrap=True,
+        )
+        return 1
     finally:
         if restore_logging is not None:
             restore_logging()
@@ -81,29 +103,79 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _log_to_stderr(args: argparse.Namespace) -> Callable[[], None] | None:
-    """loaderdoctor's log on stderr (INFO with -v). `run` leaves the root logger to the script it runs (whose
-    logging.basicConfig() must still work) and gives the loaderdoctor logger a handler of its own, taken away
-    again by the callable returned."""
+def _log_to_stderr(args: argparse.Namespace) -> Callable[[], None]:
+    """loaderdoctor's log on stderr (INFO with -v), its control characters made visible; loaderdoctor's warnings
+    (LoaderDoctorWarning) shown as lines of that log too (see _warnings_as_log_lines). `run` leaves the root logger
+    to the script it runs (whose logging.basicConfig() must still work) and gives the loaderdoctor logger a
+    handler of its own. The callable returned puts back what was changed."""
     level = logging.INFO if args.verbose else logging.WARNING
-    form = "loaderdoctor: %(levelname)s: %(message)s"
+    handler = logging.StreamHandler()
+    handler.setFormatter(VisibleFormatter("loaderdoctor: %(levelname)s: %(message)s"))
+    restore_warnings = _warnings_as_log_lines()
     if args.command != "run":
-        logging.basicConfig(level=level, format=form)
-        return None
+        logging.basicConfig(level=level, handlers=[handler])
+        return restore_warnings
     own = logging.getLogger("loaderdoctor")
     before = own.level, own.propagate
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(form))
     own.addHandler(handler)
     own.setLevel(level)
     own.propagate = False
 
     def restore() -> None:
+        restore_warnings()
         own.removeHandler(handler)
         own.setLevel(before[0])
         own.propagate = before[1]
 
     return restore
+
+
+def _warnings_as_log_lines() -> Callable[[], None]:
+    """Show each LoaderDoctorWarning as one line of loaderdoctor's log ("loaderdoctor: WARNING: ...") instead of
+    Python's warning format with its source file and line; other warnings (a script's own, under `run`) go on
+    to the showwarning in place before. Warning filters apply first, as always. Returns what puts it back."""
+    previous = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *where: Any, **more: Any) -> None:
+        if not issubclass(category, LoaderDoctorWarning):
+            previous(message, category, *where, **more)
+            return
+        logging.getLogger("loaderdoctor").warning("%s", re.sub(r"\s*\n\s*", " ", str(message)))
+
+    warnings.showwarning = show
+
+    def restore() -> None:
+        if warnings.showwarning is show:
+            warnings.showwarning = previous
+
+    return restore
+
+
+def _stdout_lost(error: OSError) -> bool:
+    """Whether `error` is standard output gone: closed (EBADF: the target closed fd 1, which a file it opened
+    since may hold, read-only), or its reader gone (EPIPE). Then fd 1 is pointed at /dev/null, so that Python's
+    own flush at exit fails no more."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # captured output (a test), or no stdout at all
+        return False
+    if error.errno == errno.EBADF:
+        try:
+            lost = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+        except OSError:
+            lost = True  # closed
+    elif error.errno == errno.EPIPE:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        lost = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    else:
+        lost = False
+    if not lost:
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
 
 
 class _TrimmedLines:

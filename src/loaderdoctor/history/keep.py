@@ -27,8 +27,9 @@ def keep_run(run: RunRecord, path: Path | None = None) -> Finding | None:
         earlier = load_runs(name=run.name, limit=EARLIER_RUNS, path=path)
     except LoaderDoctorError as error:
         where = history_path() if path is None else path
+        reason = error.message + (f"; {error.hint}" if error.hint else "")
         warnings.warn(
-            f"loaderdoctor could not compare the {run.kind} run '{run.name}' with earlier runs ({where}): {error}",
+            f"loaderdoctor could not compare the {run.kind} run '{run.name}' with earlier runs ({where}): {reason}",
             HistoryWarning,
             stacklevel=2,
         )

@@ -71,13 +71,25 @@ def _private_file(path: Path) -> None:
                 os.chmod(name, 0o600)
 
 
+# What SQLite says when a read-only connection cannot make or map the WAL's -shm file (a read-only mount, a full
+# disk): the database is then read as immutable.
+_NO_SHM = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_IOERR_SHM")
+
+
 class History:
     """The run history in one SQLite database, open until close(): created (folder included) when missing and
-    brought to the current schema. Each process (each rank) opens its own; writes wait for each other."""
+    brought to the current schema. Each process (each rank) opens its own; writes wait for each other.
+    With read_only, an existing history is opened for reading alone (see _open_read_only): nothing is made or
+    changed, so that a history on a read-only mount or a full disk can still be read."""
 
-    def __init__(self, path: Path | None = None, *, timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(self, path: Path | None = None, *, timeout_s: float = BUSY_TIMEOUT_S, read_only: bool = False) -> None:
         self.path = history_path() if path is None else Path(path)
         self.timeout_s = timeout_s
+        self.read_only = read_only
+        self.version = SCHEMA_VERSION
+        if read_only:
+            self._db = self._open_read_only()
+            return
         try:
             self.path.parent.parent.mkdir(parents=True, exist_ok=True)
             self.path.parent.mkdir(mode=0o700, exist_ok=True)  # its runs name other processes: this user's only
@@ -128,6 +140,8 @@ class History:
         if limit is not None:
             sql += " LIMIT ?"
             values.append(limit)
+        if self.version == 0:  # made, never written: no table yet
+            return []
         with self._translated():
             rows = self._db.execute(sql, values).fetchall()
         runs = []
@@ -140,6 +154,8 @@ class History:
 
     def get(self, run_id: int) -> RunRecord | None:
         """The run of this id, or None."""
+        if self.version == 0:
+            return None
         with self._translated():
             row = self._db.execute(_SELECT + " WHERE id = ?", (run_id,)).fetchone()
         return None if row is None else self._record(row)
@@ -172,6 +188,30 @@ class History:
                 f"run {run_id} in the history at {self.path} cannot be read: {error}",
                 hint="it is damaged, or a newer loaderdoctor wrote it: upgrade loaderdoctor to read it",
             ) from None
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """The database opened read-only (mode=ro), its schema version read; where even that fails because SQLite
+        cannot make the WAL's -shm file beside it (a read-only mount, a full disk), opened as immutable, which
+        needs no -shm: nobody can be writing to a folder where no file can be made. Only a WAL left by a writer
+        that died is then not read (its runs were not checkpointed); a WAL with its -shm is read by mode=ro."""
+        uri = self.path.absolute().as_uri()  # the path's odd characters (?, #, %) escaped
+        for query in ("mode=ro", "mode=ro&immutable=1"):
+            db = None
+            try:
+                db = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=self.timeout_s, isolation_level=None)
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the first read: opens the WAL
+                self.version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            except sqlite3.Error as error:
+                if db is not None:
+                    db.close()
+                if "immutable" not in query and getattr(error, "sqlite_errorname", "").startswith(_NO_SHM):
+                    continue
+                raise self._failure(error) from None
+            if self.version > SCHEMA_VERSION:
+                db.close()
+                raise self._too_new(self.version)
+            return db
+        raise AssertionError("unreachable: the immutable open raises or returns")
 
     def _use_wal(self) -> None:
         """Write-ahead logging, so that readers never block the writer and writers only queue behind each other.
@@ -226,15 +266,34 @@ class History:
             )
         if code.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
             return self._corrupt(str(error))
+        if self.read_only and code.startswith(("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_IOERR")):
+            return LoaderDoctorError(
+                f"cannot read the history at {self.path}: {error}",
+                hint="check that it is a file you can read, or set LOADERDOCTOR_HOME to another folder",
+            )
         if code.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_FULL", "SQLITE_IOERR")):
             return LoaderDoctorError(
-                f"cannot write the history at {self.path}: {error}",
+                f"cannot write the history at {self.path}: {self._unwritable() or error}",
                 hint="set LOADERDOCTOR_HOME to a folder you can write to, with space left",
             )
         return LoaderDoctorError(
             f"the history at {self.path} failed: {error}",
             hint="set LOADERDOCTOR_HOME to another folder to start a new history",
         )
+
+    def _unwritable(self) -> str | None:
+        """Why the history cannot be written, in the system's words ("Read-only file system"), where the file, its
+        folder or its disk says so; None where they look writable (SQLite's own message then says more)."""
+        try:
+            os.close(os.open(self.path, os.O_RDWR | os.O_NOFOLLOW))
+        except OSError as error:
+            return error.strerror or str(error)
+        if not os.access(self.path.parent, os.W_OK):
+            return f"its folder {self.path.parent} is not writable"
+        with contextlib.suppress(OSError):
+            if os.statvfs(self.path.parent).f_bavail == 0:
+                return "no space left on its disk"
+        return None
 
     def _too_new(self, version: int) -> LoaderDoctorError:
         return LoaderDoctorError(
@@ -283,7 +342,7 @@ def load_runs(
     where = history_path() if path is None else Path(path)
     if not where.exists():
         return []
-    with History(where) as history:
+    with _reader(where) as history:
         return history.runs(name=name, kind=kind, limit=limit)
 
 
@@ -292,5 +351,15 @@ def load_run(run_id: int, path: Path | None = None) -> RunRecord | None:
     where = history_path() if path is None else Path(path)
     if not where.exists():
         return None
-    with History(where) as history:
+    with _reader(where) as history:
         return history.get(run_id)
+
+
+def _reader(where: Path) -> History:
+    """The history at `where` opened for reading, read-only (a read-only mount or a full disk can be read); one
+    of an older schema is opened for writing instead, to be brought up to date first."""
+    history = History(where, read_only=True)
+    if 0 < history.version < SCHEMA_VERSION:
+        history.close()
+        return History(where)
+    return history

@@ -4,6 +4,7 @@ visible, so that untrusted text never reaches the terminal raw (no title change,
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 
@@ -28,3 +29,11 @@ class SafeConsole(Console):
             segment if segment.control else Segment(visible(segment.text), segment.style, segment.control)
             for segment in buffer
         )
+
+
+class VisibleFormatter(logging.Formatter):
+    """Log records (the command line's warnings among them) formatted with control characters made visible: a
+    record's message and arguments carry untrusted text (a loader's name, an exception's message)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
