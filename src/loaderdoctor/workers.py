@@ -73,15 +73,27 @@ def thread_run_delay_s() -> float | None:
     reader = getattr(_THREAD, "schedstat", None)
     if reader is None:
         try:
-            reader = _THREAD.schedstat = open("/proc/thread-self/schedstat", "rb", buffering=0)  # noqa: SIM115
+            reader = _THREAD.schedstat = _ThreadFile(os.open("/proc/thread-self/schedstat", os.O_RDONLY))
         except OSError:
             reader = _THREAD.schedstat = False
     if reader is False:
         return None
     try:
-        return parse_run_delay_s(os.pread(reader.fileno(), 128, 0).decode())
+        return parse_run_delay_s(os.pread(reader.fd, 128, 0).decode())
     except OSError:
         return None
+
+
+class _ThreadFile:
+    """A thread's open file, closed quietly when the thread's locals go (a file object left open until the
+    interpreter ends is a ResourceWarning)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 class WorkerSampler:
