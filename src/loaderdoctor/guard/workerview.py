@@ -9,6 +9,8 @@ from typing import Any
 
 from torch.utils.data._utils import worker as torch_worker
 
+from loaderdoctor.guard.lifeline import Lifeline
+
 
 def show_dataset(dataset: Any) -> None:
     """In a worker: make get_worker_info().dataset be `dataset` (torch's WorkerInfo cannot be changed in place:
@@ -24,16 +26,19 @@ def show_dataset(dataset: Any) -> None:
 
 
 class UsersDatasetHook:
-    """Runs first in each worker (worker_hook of LoaderSpec.build): the guard's own hook, the worker's slot of
-    `in_hand` mapped (guard/inhand.py), then the user's dataset shown in get_worker_info(). Pickled with the
-    wrapper, so `dataset` and `in_hand` are the worker's copies of the ones the wrapper holds."""
+    """Runs first in each worker (worker_hook of LoaderSpec.build): the worker's life tied to the training
+    process's (guard/lifeline.py), the guard's own hook, the worker's slot of `in_hand` mapped (guard/inhand.py),
+    then the user's dataset shown in get_worker_info(). Pickled with the wrapper, so `dataset` and `in_hand` are
+    the worker's copies of the ones the wrapper holds."""
 
     def __init__(self, hook: Callable[[int], None] | None, dataset: Any, in_hand: Any = None) -> None:
         self.hook = hook
         self.dataset = dataset
         self.in_hand = in_hand
+        self.lifeline = Lifeline()  # made where the loader is built: in the training process
 
     def __call__(self, worker_id: int) -> None:
+        self.lifeline.hold()
         if self.hook is not None:
             self.hook(worker_id)
         if self.in_hand is not None:
