@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor import target as targets
-from loaderdoctor.budget import check_budget
+from loaderdoctor.budget import check_budget, target_limit_s
 from loaderdoctor.epochcost import epoch_cost
 from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.prescribe import prescribe
@@ -62,13 +62,13 @@ def check(
     loader's length) takes now and with the fix, and with `cost_per_hour` what it costs. The loaders are left
     as they were found: their generators and the global random states are restored afterwards (see
     user_state_kept)."""
-    check_budget(budget_s)
+    check_budget(budget_s, step_ms)
     if epoch_batches is not None and (isinstance(epoch_batches, bool) or not isinstance(epoch_batches, int)
                                       or epoch_batches < 1):  # fmt: skip
         raise UsageError(f"epoch_batches must be a whole number, 1 or more, not {epoch_batches!r}")
     if cost_per_hour is not None and (not isinstance(cost_per_hour, (int, float)) or cost_per_hour < 0):
         raise UsageError(f"cost_per_hour must be a number, 0 or more, not {cost_per_hour!r}")
-    resolved = targets.resolve_any(target_or_loader, "check")
+    resolved = targets.resolve_any(target_or_loader, "check", target_limit_s(budget_s))
     try:
         with user_state_kept(resolved.loaders.values()):
             step = resolved.workload.training_step(step_ms)

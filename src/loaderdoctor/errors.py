@@ -30,12 +30,23 @@ class LoaderGaveUp(LoaderDoctorError, RuntimeError):
 
 
 class StoppedByUser(KeyboardInterrupt):
-    """Ctrl-C during a measurement, with what was measured so far in `partial` (a Recording, a LoaderReport or a
-    Report, depending on where it was caught last); still a KeyboardInterrupt for code that expects one."""
+    """Ctrl-C (or SIGTERM, see Terminated) during a measurement, with what was measured so far in `partial` (a
+    Recording, a LoaderReport or a Report, depending on where it was caught last); still a KeyboardInterrupt for
+    code that expects one."""
 
     def __init__(self, partial: object = None) -> None:
         super().__init__()
         self.partial = partial
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (or another signal that asks a command to end) raised in the main thread while check, tune or scale
+    measure: a KeyboardInterrupt, so that it stops them as Ctrl-C does, every child ended and what was measured
+    kept (see commands/running.py)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"ended by signal {signum}")
+        self.signum = signum
 
 
 class StopMeasuring(Exception):

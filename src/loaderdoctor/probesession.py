@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +36,7 @@ from loaderdoctor.tap import (
     Tap,
     TapIterator,
 )
+from loaderdoctor.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
 from loaderdoctor.workerhook import THREADS_PER_WORKER, ProbeWorkerHook
 from loaderdoctor.workers import WorkerSampler, thread_idle
@@ -107,7 +106,7 @@ class ProbeSession(EpochLoop):
         )
         if start_method in ("spawn", "forkserver"):
             self.rec.pickled_dataset_bytes = pickled_bytes(spec, start_method)
-        self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-stacks-")
+        self.dump_dir = make_private_folder("loaderdoctor-stacks-")
         try:
             workers = settings.num_workers if settings.backend == "process" else 0
             self.in_hand = InHand(self.dump_dir, workers) if workers and not spec.is_iterable else None
@@ -121,8 +120,8 @@ class ProbeSession(EpochLoop):
                 if settings.num_workers
                 else None,
             )
-        except Exception:
-            shutil.rmtree(self.dump_dir, ignore_errors=True)
+        except BaseException:
+            remove_folder(self.dump_dir)
             raise
         self.oom_kills_before = oom_kills()
         self.started = clock()
@@ -361,7 +360,7 @@ class ProbeSession(EpochLoop):
             self.watchdog.stop()
             self.sampler.stop()
             self.rec.worker_activity = read_worker_activity(self.dump_dir)  # the workers wrote it as they ended
-            shutil.rmtree(self.dump_dir, ignore_errors=True)
+            remove_folder(self.dump_dir)
         rec = self.rec
         rec.budget_s = self.budget_s
         rec.wall_s = self.clock() - self.started

@@ -14,9 +14,11 @@ from loaderdoctor import scenarios
 from loaderdoctor.datamodule import datamodule_base, datamodule_loaders
 from loaderdoctor.errors import UsageError
 from loaderdoctor.targetimport import find_function, import_file, import_module, is_path, split_target
-from loaderdoctor.usercode import describe_exception, display_path
+from loaderdoctor.timelimit import TimeLimit, TimeLimitPassed
+from loaderdoctor.usercode import describe_exception, display_path, is_own_file, is_user_frame
 from loaderdoctor.workload import Workload
 
+_STACK_SHOWN = 6  # of the user's frames of a stuck target's stack
 _ACCEPTED = (
     "a torch.utils.data.DataLoader, a dict of name -> DataLoader, a loaderdoctor.Workload, or a LightningDataModule"
 )
@@ -50,13 +52,22 @@ class ResolvedTarget:
         self.close()
 
 
-def resolve(target: str) -> ResolvedTarget:
-    """The loaders that `target` names, or a UsageError saying what is wrong with it, where, and what to do.
+def resolve(target: str, limit_s: float | None = None) -> ResolvedTarget:
+    """The loaders that `target` names, or a UsageError saying what is wrong with it, where, and what to do;
+    with `limit_s`, a UsageError naming where it is stuck when importing and calling it takes longer.
 
     Importing a user's module puts its directory (for a file) or the current directory (for a module name)
     first on sys.path, as `python file.py` and `python -m` do, so that worker processes can import it too.
     """
     target = target.strip()
+    try:
+        with TimeLimit(limit_s):
+            return _resolve(target)
+    except TimeLimitPassed as passed:
+        raise _stuck(target, passed) from None
+
+
+def _resolve(target: str) -> ResolvedTarget:
     if target == "demo":
         return _from_workload(target, scenarios.get("demo").build(), "scenario 'demo'")
     if target.startswith("scenario:"):
@@ -77,16 +88,39 @@ def _target_function(module_part: str, fn_name: str) -> Any:
     return _callable_without_arguments(find_function(module, label, fn_name), label, module_part, fn_name)
 
 
-def check_target(target: str) -> None:
+def check_target(target: str, limit_s: float | None = None) -> None:
     """A UsageError unless `target` names a scenario or a function callable without arguments; the function is
-    imported, not called (scale's ranks call it, each in its own process)."""
+    imported, not called (scale's ranks call it, each in its own process). With `limit_s`, as resolve()."""
     target = target.strip()
     if target == "demo":
         return
     if target.startswith("scenario:"):
         scenarios.get(target.removeprefix("scenario:"))
         return
-    _target_function(*split_target(target))
+    try:
+        with TimeLimit(limit_s):
+            _target_function(*split_target(target))
+    except TimeLimitPassed as passed:
+        raise _stuck(target, passed) from None
+
+
+def _stuck(target: str, passed: TimeLimitPassed) -> UsageError:
+    """The error for a target whose import or call did not return within its limit, with where it was stuck."""
+    stack = passed.stack
+    frame = stack.stuck_frame or (stack.frames[0] if stack.frames else None)
+    at = f": stuck at {display_path(frame.file)}:{frame.line} in {frame.function}" if frame else ""
+    users = []
+    for called in stack.frames:  # innermost first, down to loaderdoctor's call of the target
+        if is_own_file(called.file):
+            break
+        if is_user_frame(called):
+            users.append(f"{display_path(called.file)}:{called.line} in {called.function}")
+    calls = f"; its calls, innermost first: {', '.join(users[:_STACK_SHOWN])}" if len(users) > 1 else ""
+    return UsageError(
+        f"the target {target!r} did not return its loaders within {passed.limit_s:g} s{at}{calls}",
+        hint="importing the module and calling the function must end within the budget (and its allowance): "
+        "make them quicker (load data lazily, in the dataset), or give a larger --budget",
+    )
 
 
 # --- calling the function and reading what it returned -------------------------------------------------------
@@ -262,11 +296,11 @@ def _length_or_none(sized: Any) -> int | None:
         return None
 
 
-def resolve_any(target_or_loader: Any, caller: str) -> ResolvedTarget:
-    """What `caller` (check, tune) was given, resolved: a TARGET string, a DataLoader, a dict of them, a Workload,
-    or a LightningDataModule."""
+def resolve_any(target_or_loader: Any, caller: str, limit_s: float | None = None) -> ResolvedTarget:
+    """What `caller` (check, tune) was given, resolved: a TARGET string (within `limit_s`, see resolve), a
+    DataLoader, a dict of them, a Workload, or a LightningDataModule."""
     if isinstance(target_or_loader, str):
-        return resolve(target_or_loader)
+        return resolve(target_or_loader, limit_s)
     if isinstance(target_or_loader, Workload):
         return ResolvedTarget("<Workload>", target_or_loader, target_or_loader.loaders())
     if datamodule_base(target_or_loader) is not None:

@@ -57,7 +57,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """Check, and show the report; on Ctrl-C, what was measured so far and status 130."""
+    """Check, and show the report; on Ctrl-C or SIGTERM, what was measured so far and status 130 or 143."""
     return measure_and_show(
         lambda live: kept(
             NAME,
@@ -76,5 +76,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         lambda report: show(report, args, out, err),
         err,
         report_type=Report,
-        interrupted="interrupted: what was measured before Ctrl-C (no fix verified for the loader interrupted)",
+        stopped="what was measured before {by} (no fix verified for the loader interrupted)",
     )

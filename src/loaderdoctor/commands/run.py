@@ -20,8 +20,9 @@ from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.report import Report
 from loaderdoctor.scale.job import Topology
+from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.watch.everyloader import EveryLoader
-from loaderdoctor.watch.ranks import run_ranks
+from loaderdoctor.watch.ranks import RanksRun, run_ranks
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
 
 NAME = "run"
@@ -85,6 +86,7 @@ def _own_options() -> dict[str, bool]:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    check_rank_count(args.nproc_per_node, "--nproc-per-node")
     script = _script(args)
     topology = Topology(args.nproc_per_node, args.nnodes, args.node_rank, args.rdzv_endpoint)
     if topology.world_size > 1:
@@ -121,6 +123,11 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
         err.print(f"loaderdoctor run: no DataLoader delivered a batch in {script.words()}", markup=False)
     else:
         render_console(report, err)
+    if isinstance(result, RanksRun) and result.silent_ranks:
+        silent = result.silent_ranks
+        which = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
+        err.print(f"loaderdoctor run: {which} wrote nothing of what {'it' if len(silent) == 1 else 'they'} "
+                  "measured: ended before writing it, or never started", markup=False)  # fmt: skip
     if result.ended_by is not None:
         err.print(f"loaderdoctor run: the script was ended by {result.ended_by}; the diagnosis covers what it "
                   f"measured until then (exit status {result.exit_status})", markup=False)  # fmt: skip

@@ -1,21 +1,25 @@
 """How check, tune and scale run from the command line: live progress on stderr, the run kept in the history, the
-report shown, and on Ctrl-C what was measured so far (every worker ended) with the shell's status for an
-interrupted command."""
+report shown, and on Ctrl-C or SIGTERM what was measured so far (every child ended, every temporary folder
+removed) with the shell's status for a command ended that way."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 
-from loaderdoctor.errors import StoppedByUser
+from loaderdoctor.errors import StoppedByUser, Terminated
 from loaderdoctor.history.records import now_iso
 from loaderdoctor.history.reports import keep_report
 from loaderdoctor.render.progress import LiveProgress
+from loaderdoctor.signals import SignalRaises
 from loaderdoctor.snapshot import take_snapshot
+from loaderdoctor.tempfolders import remove_made
 
 INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
+TERMINATED = 128 + signal.SIGTERM  # and by SIGTERM: 143
 
 
 def measure_and_show(
@@ -24,21 +28,56 @@ def measure_and_show(
     err: Console,
     *,
     report_type: type,
-    interrupted: str,
+    stopped: str,
 ) -> int:
-    """Run `measure` (given the live progress) and `show` its report: its exit status. On Ctrl-C, `interrupted`
-    on stderr, then the partial report of `report_type` the measurement left, and INTERRUPTED."""
+    """Run `measure` (given the live progress) and `show` its report: its exit status. Ctrl-C or SIGTERM stops
+    it: `stopped` on stderr ("{by}" in it says which), then the partial report of `report_type` the measurement
+    left, and INTERRUPTED or TERMINATED. SIGTERM is raised as Terminated, a KeyboardInterrupt, so that it takes
+    the very paths Ctrl-C takes (SignalRaises: even where Python would swallow it), unless the program had a
+    handler of its own for it."""
+    term = SignalRaises(signal.SIGTERM, Terminated)
+    term.install()
     try:
-        with LiveProgress(err) as live:
-            report = measure(live)
-    except StoppedByUser as stop:
-        if not isinstance(stop.partial, report_type) or not stop.partial.loaders:
-            raise
-        err.print(interrupted)
-        show(stop.partial)
-        return INTERRUPTED
-    show(report)
-    return report.exit_status
+        try:
+            with LiveProgress(err) as live:
+                report = measure(live)
+        except StoppedByUser as stop:
+            if not isinstance(stop.partial, report_type) or not stop.partial.loaders:
+                raise
+            err.print(_stopped_line(term, stopped))
+            show(stop.partial)
+            return _stopped_status(term)
+        show(report)
+        if term.received is not None:  # its exception was swallowed, and the command ended before it came again
+            err.print(f"stopped by {_signal_name(term.received)}")
+            return _stopped_status(term)
+        return report.exit_status
+    except KeyboardInterrupt:
+        if term.received is None:
+            raise  # Ctrl-C with nothing measured: the command line says "interrupted"
+        err.print(f"stopped by {_signal_name(term.received)}")
+        return _stopped_status(term)
+    finally:
+        term.uninstall()
+        remove_made()
+
+
+def _stopped_line(term: SignalRaises, stopped: str) -> str:
+    if term.received is None:
+        return "interrupted: " + stopped.format(by="Ctrl-C")
+    name = _signal_name(term.received)
+    return f"stopped by {name}: " + stopped.format(by=name)
+
+
+def _stopped_status(term: SignalRaises) -> int:
+    return INTERRUPTED if term.received is None else 128 + term.received
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def kept(kind: str, keep: bool, measure: Callable[[], Any]) -> Any:

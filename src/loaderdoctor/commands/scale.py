@@ -17,6 +17,7 @@ from loaderdoctor.commands.arguments import (
 )
 from loaderdoctor.commands.running import kept, measure_and_show
 from loaderdoctor.commands.showing import add_html_arg, show
+from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.scale.report import SCHEMA, ScaleReport
 from loaderdoctor.scale.run import DEFAULT_BUDGET_S, DEFAULT_RANKS, scale
 
@@ -62,6 +63,7 @@ def _rank_list(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    check_rank_count(max(args.ranks), "--ranks")
     return measure_and_show(
         lambda live: kept(
             NAME,
@@ -80,5 +82,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         lambda report: show(report, args, out, err),
         err,
         report_type=ScaleReport,
-        interrupted="interrupted: every rank was ended",
+        stopped="every rank was ended",
     )

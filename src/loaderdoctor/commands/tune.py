@@ -50,7 +50,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """Tune, and show the report; on Ctrl-C, the trials measured so far and status 130."""
+    """Tune, and show the report; on Ctrl-C or SIGTERM, the trials measured so far and status 130 or 143."""
     return measure_and_show(
         lambda live: kept(
             NAME,
@@ -68,5 +68,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         lambda report: show(report, args, out, err),
         err,
         report_type=TuneReport,
-        interrupted="interrupted: the trials measured before Ctrl-C (nothing chosen for the loader interrupted)",
+        stopped="the trials measured before {by} (nothing chosen for the loader interrupted)",
     )

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +14,7 @@ from loaderdoctor.guard.streams import GuardedStream
 from loaderdoctor.inhand import InHand
 from loaderdoctor.settings import Settings
 from loaderdoctor.tap import Tap, TapIterator, exited_workers, shutdown, worker_pids
+from loaderdoctor.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -130,7 +129,7 @@ class Resources:
 
     def stack_dir(self) -> str:
         if self.dump_dir is None:
-            self.dump_dir = tempfile.mkdtemp(prefix="loaderdoctor-guard-")
+            self.dump_dir = make_private_folder("loaderdoctor-guard-")
         return self.dump_dir
 
     def release(self) -> None:
@@ -140,5 +139,5 @@ class Resources:
             self.inner.close()
             self.inner = None
         if self.dump_dir is not None:
-            shutil.rmtree(self.dump_dir, ignore_errors=True)
+            remove_folder(self.dump_dir)
             self.dump_dir = None

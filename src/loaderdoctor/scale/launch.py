@@ -8,17 +8,17 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from loaderdoctor.errors import UsageError
 from loaderdoctor.scale.job import RankJob, Topology, endpoint_parts
 from loaderdoctor.scale.results import LaunchResult, written_results
+from loaderdoctor.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.words import plural
 
 # On top of the measuring: the ranks' start (interpreters, imports, rendezvous) and a stall's detection.
@@ -26,6 +26,10 @@ STARTUP_ALLOWANCE_S = 120.0
 # After SIGTERM, how long the agent gets to end its ranks before every process of the launch is killed.
 TERM_GRACE_S = 10.0
 _LOG_TAIL_CHARS = 1500
+# The most ranks per node a launch starts (see rank_bound): $LOADERDOCTOR_MAX_RANKS, else per usable core, at least.
+MAX_RANKS_ENV = "LOADERDOCTOR_MAX_RANKS"
+RANKS_PER_CORE = 2
+MIN_RANK_BOUND = 16
 
 
 def time_limit_s(budget_s: float) -> float:
@@ -38,7 +42,7 @@ def launch(job: RankJob, topology: Topology, *, index: int = 0, limit_s: float |
     a scale run (each launch meets at its own port: the endpoint's port + index). Returns what the ranks sent
     back; a launch past its time limit is ended, and says so."""
     limit_s = time_limit_s(job.budget_s) if limit_s is None else limit_s
-    work = Path(tempfile.mkdtemp(prefix="loaderdoctor-scale-"))
+    work = Path(make_private_folder("loaderdoctor-scale-"))
     try:
         job_dir = work / "ranks"
         job_dir.mkdir()
@@ -58,7 +62,7 @@ def launch(job: RankJob, topology: Topology, *, index: int = 0, limit_s: float |
         ended_by_limit = _run_agent(order_path, work / "agent.log", limit_s)
         return _result(order, work, ended_by_limit, limit_s, time.monotonic() - started)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_folder(work)
 
 
 def _endpoint(topology: Topology, index: int) -> str:
@@ -77,29 +81,37 @@ def free_port() -> int:
 
 def _run_agent(order_path: Path, log_path: Path, limit_s: float) -> bool:
     """Run the agent to its end, or end it and all its session after `limit_s`; whether the limit ended it."""
-    with open(log_path, "w") as log:
-        agent = subprocess.Popen(
-            [sys.executable, "-m", "loaderdoctor.scale.agent", str(order_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     ended_by_limit = False
-    try:
+    agent: subprocess.Popen | None = None
+    try:  # from the start: Ctrl-C or SIGTERM (an interrupt too: commands/running.py) may come at any moment
+        # The launch's processes make their temporary folders in its own: removed with it, however they end.
+        scratch = order_path.parent / "tmp"
+        scratch.mkdir(mode=0o700, exist_ok=True)
+        with open(log_path, "w") as log:
+            agent = subprocess.Popen(
+                [sys.executable, "-m", "loaderdoctor.scale.agent", str(order_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "TMPDIR": str(scratch)},
+            )
         agent.wait(timeout=limit_s)
     except subprocess.TimeoutExpired:
         ended_by_limit = True
-        _signal_session(agent.pid, signal.SIGTERM)  # the agent ends its ranks, which end their workers
+        signal_session(agent.pid, signal.SIGTERM)  # the agent ends its ranks, which end their workers
         with contextlib.suppress(subprocess.TimeoutExpired):
             agent.wait(timeout=TERM_GRACE_S)
-    finally:  # also on Ctrl-C: nothing of the launch outlives it
-        _signal_session(agent.pid, signal.SIGKILL)
-        agent.wait()
-        _reap_session(agent.pid)
+    finally:  # also on Ctrl-C and SIGTERM: nothing of the launch outlives it
+        if agent is not None:
+            signal_session(agent.pid, signal.SIGKILL)
+            agent.wait()
+            _reap_session(agent.pid)
     return ended_by_limit
 
 
-def _signal_session(session: int, signum: int) -> None:
+def signal_session(session: int, signum: int) -> None:
+    """`signum` to the process group `session` (a process started in a session of its own, and what it started
+    since), if any of it is left."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(session, signum)
 
@@ -112,7 +124,7 @@ def _reap_session(session: int, wait_s: float = 5.0) -> None:
             os.killpg(session, 0)
         except (ProcessLookupError, PermissionError):
             return
-        _signal_session(session, signal.SIGKILL)
+        signal_session(session, signal.SIGKILL)
         time.sleep(0.05)
 
 
@@ -148,3 +160,31 @@ def _tail(path: Path) -> str:
     except OSError:
         return "(no output)"
     return text[-_LOG_TAIL_CHARS:] or "(no output)"
+
+
+def rank_bound() -> tuple[int, str]:
+    """The most ranks a launch starts on one node of this machine, and why: $LOADERDOCTOR_MAX_RANKS when set,
+    else RANKS_PER_CORE per usable core (ranks beyond that only queue for the cores), never fewer than
+    MIN_RANK_BOUND (as many GPUs as a node has, and room to try DDP on a small machine)."""
+    text = os.environ.get(MAX_RANKS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise UsageError(f"{MAX_RANKS_ENV} must be a whole number of ranks, 1 or more, not {text!r}")
+        return int(text), f"{MAX_RANKS_ENV} is {int(text)}"
+    from loaderdoctor.host import usable_cores
+
+    cores = usable_cores()[0]
+    bound = max(MIN_RANK_BOUND, int(RANKS_PER_CORE * cores))
+    return bound, f"{RANKS_PER_CORE} per usable core, of {cores:g} here, and never fewer than {MIN_RANK_BOUND}"
+
+
+def check_rank_count(ranks: int, option: str) -> None:
+    """A UsageError (exit 2) for `ranks` per node beyond rank_bound(), before any process starts: each rank is a
+    Python with torch loaded, with its DataLoader workers, and thousands of them bring a machine to its knees."""
+    bound, why = rank_bound()
+    if ranks > bound:
+        raise UsageError(
+            f"{option} {ranks} is more ranks than this machine can run: at most {bound} per node here ({why})",
+            hint=f"give fewer ranks per node (or spread them over nodes with --nnodes); to start more anyway, "
+            f"set {MAX_RANKS_ENV}=N",
+        )

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from loaderdoctor import target as targets
-from loaderdoctor.budget import deadline_allowance
+from loaderdoctor.budget import deadline_allowance, target_limit_s
 from loaderdoctor.errors import LoaderDoctorError, StopMeasuring, UsageError
 from loaderdoctor.fingerprints import sample_fingerprints
 from loaderdoctor.probesession import ProbeSession
@@ -117,7 +117,7 @@ def _measure_target(job: RankJob, result: RankResult, device: torch.device) -> N
     """Every loader of the target, one after the other; an error the user must fix goes into the result."""
     resolved = None
     try:
-        resolved = targets.resolve_any(job.target, "scale")
+        resolved = targets.resolve_any(job.target, "scale", target_limit_s(job.budget_s))
         step = resolved.workload.training_step(job.step_ms)
     except LoaderDoctorError as error:
         result.error, result.hint, result.usage_error = error.message, error.hint, isinstance(error, UsageError)

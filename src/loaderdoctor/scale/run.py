@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from loaderdoctor.budget import check_budget
+from loaderdoctor.budget import check_budget, target_limit_s
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.report import Verification
 from loaderdoctor.rules.locks import lock_free_provable
@@ -50,8 +50,9 @@ def scale(
             hint="every rank is a new process that builds the loaders itself: it needs a function to call",
         )
     counts = rank_counts(ranks)
-    check_budget(budget_s)
-    check_target(target)  # a target that cannot be found fails here, before any rank starts
+    check_budget(budget_s, step_ms)
+    # a target that cannot be found (or whose import never ends) fails here, before any rank starts
+    check_target(target, target_limit_s(budget_s))
     Topology(counts[0], nnodes, node_rank, rdzv_endpoint)  # checks the topology before anything starts
     launches: list[LaunchResult] = []
     for index, count in enumerate(counts):

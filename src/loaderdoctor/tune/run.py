@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 
 from loaderdoctor import target as targets
-from loaderdoctor.budget import check_budget
+from loaderdoctor.budget import check_budget, target_limit_s
 from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.forksafety import safe_start_method
 from loaderdoctor.host import host_facts
@@ -175,13 +175,13 @@ def tune(
     Workload's) the cheapest settings that keep up with it are chosen, not the fastest. The loaders are left
     as they were found: their generators and the global random states are restored afterwards.
     """
-    check_budget(budget_s)
+    check_budget(budget_s, step_ms)
     if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
         raise UsageError(f"max_workers must be a whole number, not {max_workers!r}")
     if max_workers is not None and max_workers < 1:
         raise UsageError(f"max_workers must be 1 or more, not {max_workers}")
     memory_bytes = default_memory_budget() if memory_budget is None else parse_size(memory_budget)
-    resolved = targets.resolve_any(target_or_loader, "tune")
+    resolved = targets.resolve_any(target_or_loader, "tune", target_limit_s(budget_s))
     try:
         step = resolved.workload.training_step(step_ms)
         per_loader_s = budget_s / len(resolved.loaders)

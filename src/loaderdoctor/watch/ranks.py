@@ -1,28 +1,34 @@
 """A script run as N ranks, as torchrun runs it: torch.distributed's elastic launcher starts `python -m
 loaderdoctor.watch.ranks SCRIPT ARGS` in each rank (the script's output goes where torchrun's would); each
 rank runs the script with its loaders watched and writes what it measured to a file of its own; this node's
-ranks' loaders are then joined here, and rank-straggler judged across the ranks of each loader."""
+ranks' loaders are then joined here, and rank-straggler judged across the ranks of each loader. SIGTERM or
+Ctrl-C to the launching process ends every rank as it ends one `python train.py` (see RankEnds)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from loaderdoctor.recording import Recording
 from loaderdoctor.rules import order
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
-from loaderdoctor.scale.launch import free_port
+from loaderdoctor.scale.launch import free_port, signal_session
 from loaderdoctor.scale.plan import DdpPlan, ddp_plan
+from loaderdoctor.signals import in_main_thread
+from loaderdoctor.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
 
@@ -30,18 +36,31 @@ from loaderdoctor.watch.script import Script, ScriptRun, run_script
 RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
 GUARD_ENV = "LOADERDOCTOR_RUN_GUARD"
 NAME_ENV = "LOADERDOCTOR_RUN_NAME"
-# After a rank fails, how long the others get to end on SIGTERM (and write what they measured) before SIGKILL.
+# After a rank fails, or a signal came, how long the ranks get to end (and write what they measured) before SIGKILL.
 SHUTDOWN_TIMEOUT_S = 30
 RENDEZVOUS_TIMEOUT_S = 900
+# Where torch's launcher says which signals it turns into its SignalException.
+TORCH_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+_SAID = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
 
 
-def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> ScriptRun:
-    """Run `script` in `topology.ranks` ranks on this node; its exit status (the rank that failed first's, else 0) and
-    the loaders of this node's ranks, with rank-straggler added to the straggling rank's loader."""
+@dataclass
+class RanksRun(ScriptRun):
+    """A run of ranks: how it ended, the loaders of this node's ranks, and the ranks of this node that wrote
+    nothing (they ended before they could, or never started)."""
+
+    silent_ranks: list[int] = field(default_factory=list)
+
+
+def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> RanksRun:
+    """Run `script` in `topology.ranks` ranks on this node; its exit status (128 + the signal that ended it, else
+    the rank that failed first's, else 0) and the loaders of this node's ranks, with rank-straggler added to the
+    straggling rank's loader. Every rank has ended when it returns."""
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    work = Path(tempfile.mkdtemp(prefix="loaderdoctor-run-"))
+    work = Path(make_private_folder("loaderdoctor-run-"))
     if topology.rdzv_endpoint is None:
         endpoint = f"127.0.0.1:{free_port()}"
     else:
@@ -56,22 +75,33 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
         shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
         keep_output=False,  # the script's output goes where torchrun's would
     )
+    config = dataclasses.replace(config, signals_to_handle="SIGHUP,SIGQUIT")  # SIGTERM and SIGINT: RankEnds
     environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or ""}
     if topology.ranks > 1:
         environ.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # as torchrun sets it
-    saved = {variable: os.environ.get(variable) for variable in environ}
+    # The launcher sets TORCHELASTIC_SIGNALS_TO_HANDLE for the signals it handles: put back afterwards too.
+    saved = {variable: os.environ.get(variable) for variable in [*environ, TORCH_SIGNALS_ENV]}
     os.environ.update(environ)
-    quiet = [logging.getLogger(logger) for logger in ("torch.distributed.elastic", "torch.distributed.launcher")]
+    # The launcher's loggers, each with a level of its own (torch sets one per module)
+    launcher = ("torch.distributed.elastic", "torch.distributed.launcher")
+    names = {*launcher, *(name for name in logging.root.manager.loggerDict if name.startswith(launcher))}
+    quiet = [logging.getLogger(name) for name in sorted(names)]
     levels = [logger.level for logger in quiet]
     for logger in quiet:
         logger.setLevel(logging.ERROR)  # the launcher's own chatter; a rank's failure comes back as its status
     status, ended_by = 0, None
+    ends = RankEnds(SHUTDOWN_TIMEOUT_S)
     try:
-        elastic_launch(config, sys.executable)("-m", "loaderdoctor.watch.ranks", *script.argv())
+        with ends:
+            elastic_launch(config, sys.executable)("-m", "loaderdoctor.watch.ranks", *script.argv())
     except ChildFailedError as error:
         failed_rank, first = _first_failure(error.failures)
         status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
         ended_by = f"rank {failed_rank} failing"
+    except SignalException as error:  # SIGHUP or SIGQUIT, by torch's launcher; SIGTERM and SIGINT by RankEnds
+        status, ended_by = 128 + int(error.sigval), signal.Signals(error.sigval).name
+    except OSError as error:  # a rank could not be started (no fork: too many processes, no memory)
+        status, ended_by = 1, f"a failure to start the ranks ({type(error).__name__}: {error})"
     finally:
         for logger, level in zip(quiet, levels, strict=True):
             logger.setLevel(level)
@@ -81,8 +111,88 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
             else:
                 os.environ[variable] = value
         loaders, hosts = _written(work)
-        shutil.rmtree(work, ignore_errors=True)
-    return ScriptRun(status, joined(loaders, hosts, topology.world_size), ended_by)
+        remove_folder(work)
+    if ends.received is not None:  # whatever the ranks' statuses: the script was ended by the signal
+        status, ended_by = 128 + ends.received, _SAID[ends.received]
+    first = topology.node_rank * topology.ranks
+    silent = [rank for rank in range(first, first + topology.ranks) if rank not in loaders]
+    return RanksRun(status, joined(loaders, hosts, topology.world_size), ended_by, silent)
+
+
+class RankEnds:
+    """SIGTERM and SIGINT to the launching process while its ranks run, and the ranks a launch leaves behind.
+    torch's launcher would raise either as its SignalException and send it to each rank's whole session, its
+    DataLoader workers with it: a rank whose workers die of SIGTERM can die of their deaths before it writes
+    what it measured. Here, as a scheduler or a terminal signals one `python train.py`, the first signal goes
+    to each rank's own process: each ends its script, closes its watches (which end its workers) and writes
+    what it measured. The launcher waits for them (`grace_s` at most, then their sessions are killed), then its
+    launch ends as torch's does (SignalException, which also ends the ranks started meanwhile). A second signal
+    kills the ranks' sessions at once. The ranks still running when the launch ends (those started before one
+    that failed to start) are ended the same way. The ranks are the processes this one started meanwhile."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.received: int | None = None
+        self._before: set[int] = set()
+        self._previous: dict[int, Any] = {}
+        self._launching = False
+        self._exception: Any = None
+
+    def __enter__(self) -> RankEnds:
+        from torch.distributed.elastic.multiprocessing import SignalException
+
+        self._exception = SignalException  # imported here, not in the handler
+        self._before = {child.pid for child in psutil.Process().children()}
+        if in_main_thread():
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+        self._launching = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._launching = False
+        try:
+            self._end(self.received or signal.SIGTERM)  # what the launch left running
+        finally:
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+            self._previous = {}
+            for pid in self._ranks(exited=True):  # reaped: the launcher's own handles on them are gone
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:  # again: no more waiting
+            for pid in self._ranks():
+                signal_session(pid, signal.SIGKILL)
+            return
+        self.received = signum
+        self._end(signum)
+        if self._launching:
+            raise self._exception(f"loaderdoctor run got {signal.Signals(signum).name}", signal.Signals(signum))
+
+    def _end(self, signum: int) -> None:
+        """`signum` to each rank's own process; the sessions of those still running `grace_s` later killed."""
+        ranks = self._ranks()
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + self.grace_s
+        while ranks and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ranks = self._ranks()
+        for pid in ranks:
+            signal_session(pid, signal.SIGKILL)
+
+    def _ranks(self, *, exited: bool = False) -> list[int]:
+        """The processes started since the launch began that still run (with `exited`, those ended unreaped)."""
+        found = []
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.pid not in self._before and (child.status() == psutil.STATUS_ZOMBIE) == exited:
+                    found.append(child.pid)
+        return found
 
 
 def _first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
@@ -142,7 +252,7 @@ def _rank_main(argv: list[str]) -> int:
     rest = argv[1:] if module else argv
     script = Script(rest[0], tuple(rest[1:]), module=module)
     rank = int(os.environ["RANK"])  # the launcher's; run_ranks launches only for a world of 2 ranks or more
-    every = EveryLoader(name=os.environ.get(NAME_ENV) or None, rank=rank, guarded=bool(os.environ.get(GUARD_ENV)))
+    every = _RankLoaders(name=os.environ.get(NAME_ENV) or None, rank=rank, guarded=bool(os.environ.get(GUARD_ENV)))
     run = run_script(script, every)
     out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
     written: dict[str, Any] = {
@@ -157,6 +267,22 @@ def _rank_main(argv: list[str]) -> int:
     except (OSError, ValueError) as error:
         print(f"loaderdoctor run: rank {written['rank']} could not write what it measured: {error}", file=sys.stderr)
     return run.exit_status
+
+
+class _RankLoaders(EveryLoader):
+    """A rank's loaders. Once its script has ended, SIGTERM and SIGINT no longer cut the rank short: the launcher
+    sends SIGTERM to every rank when one fails, and a rank closing its watches or writing what they measured
+    would lose it all; the rank ends right after anyway."""
+
+    def close(self) -> list[LoaderRun]:
+        if in_main_thread():
+            for signum in RankEnds.SIGNALS:
+                signal.signal(signum, _noted)
+        return super().close()
+
+
+def _noted(signum: int, frame: Any) -> None:
+    """A signal that comes while a rank ends: it ends anyway."""
 
 
 if __name__ == "__main__":
