@@ -1,6 +1,6 @@
 """How check, tune and scale run from the command line: live progress on stderr, the run kept in the history, the
-report shown, and on Ctrl-C or SIGTERM what was measured so far (every child ended, every temporary folder
-removed) with the shell's status for a command ended that way."""
+report shown, and on Ctrl-C or SIGTERM what was measured so far, shown and kept (every child ended, every
+temporary folder removed), with the shell's status for a command ended that way."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.console import Console
 
 from loaderdoctor.errors import StoppedByUser, Terminated
 from loaderdoctor.history.records import now_iso
-from loaderdoctor.history.reports import keep_report
+from loaderdoctor.history.reports import AnyReport, keep_report
 from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.signals import SignalRaises
 from loaderdoctor.snapshot import take_snapshot
@@ -81,9 +81,16 @@ def _signal_name(signum: int) -> str:
 
 
 def kept(kind: str, keep: bool, measure: Callable[[], Any]) -> Any:
-    """measure()'s report, its runs kept in the history when `keep` (with the host as it was at the start)."""
+    """measure()'s report, its runs kept in the history when `keep` (with the host as it was at the start); on
+    Ctrl-C or SIGTERM, what was measured until then is kept (as `run` keeps a stopped script's) and the stop
+    goes on."""
     started_at, snapshot = now_iso(), take_snapshot()
-    report = measure()
+    try:
+        report = measure()
+    except StoppedByUser as stop:
+        if keep and isinstance(stop.partial, AnyReport) and stop.partial.loaders:
+            keep_report(kind, stop.partial, started_at, snapshot)
+        raise
     if keep:
         keep_report(kind, report, started_at, snapshot)
     return report
