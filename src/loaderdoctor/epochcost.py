@@ -19,6 +19,10 @@ class EpochCost:
     fixed_batches_per_s: float | None  # the verified fix's rate; None without a fix that helped
     cost_per_hour: float | None
 
+    def __post_init__(self) -> None:
+        if self.batches_per_s <= 0:
+            raise ValueError(f"an epoch's rate is above 0 batches/s, not {self.batches_per_s}")
+
     @property
     def epoch_s(self) -> float:
         return self.batches / self.batches_per_s

@@ -316,5 +316,4 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
         """The Report whose to_dict() is `data`."""
-        loaders = {name: LoaderReport.from_dict(name, lr) for name, lr in data["loaders"].items()}
-        return cls(data["target"], loaders, data.get("command", "check"))
+        return dataclass_from_written(cls, data)

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.indexed import worker_init_failure
+from loaderdoctor.plaindata import dataclass_from_dict
 from loaderdoctor.words import plural
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -112,7 +113,7 @@ class Settings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
-        return cls(**data)
+        return dataclass_from_dict(cls, data)
 
     def to_kwargs(self) -> dict[str, Any]:
         """The DataLoader keyword arguments for these settings (worker_threads is applied separately)."""

@@ -4,6 +4,7 @@ same page with --html; a history run shows by id or 'latest'; bad sources get a 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from recordings import make_recording
@@ -13,6 +14,7 @@ from loaderdoctor.commands import check as check_command
 from loaderdoctor.history.records import RunRecord
 from loaderdoctor.history.store import save_run
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
+from loaderdoctor.saved import MAX_BYTES
 from loaderdoctor.settings import Settings
 
 FIXED = Settings(num_workers=2, persistent_workers=True)
@@ -118,3 +120,95 @@ def test_html_into_a_folder_that_does_not_exist_is_refused_before_measuring(chec
 def test_no_history_run_says_where_runs_come_from(capsys):
     assert main(["report", "latest"]) == 2
     assert "no runs yet" in capsys.readouterr().err
+
+
+# A damaged or hostile saved report, or run id: one clear error and exit 2, never a traceback, a wait or a flood
+
+
+def _saved(tmp_path, text: str):
+    source = tmp_path / "saved.json"
+    source.write_text(text)
+    return source
+
+
+def _marked(value: str) -> str:
+    """The JSON text of the hand-made report with `value` (bare JSON) as the wait of the train loader's batch 3."""
+    data = _report().to_dict()
+    data["loaders"]["train"]["recording"]["batches"][3]["wait_s"] = "<here>"
+    return json.dumps(data).replace('"<here>"', value)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ('"slow"', "batches[3].wait_s: expected a number, got a string"),
+        ("NaN", "batches[3].wait_s: NaN is no number (JSON has none)"),
+        ("-Infinity", "batches[3].wait_s: -Infinity is no number (JSON has none)"),
+        ("1e999", "batches[3].wait_s: the number 1e999 is out of range"),
+        ("1" + "0" * 5000, "batches[3].wait_s: a number of 5001 digits is out of range"),
+        ("[" * 40 + "]" * 40, "batches[3].wait_s[0][0]"),
+    ],
+)
+def test_a_field_out_of_bounds_is_refused_with_its_path(tmp_path, capsys, value, said):
+    assert main(["report", str(_saved(tmp_path, _marked(value)))]) == 2
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "loaders.train.recording.batches[3].wait_s" in first and said in first
+
+
+def test_nesting_too_deep_for_the_parser_is_refused(tmp_path, capsys):
+    assert main(["report", str(_saved(tmp_path, "[" * 100_000 + "]" * 100_000))]) == 2
+    assert "nested far deeper than a report" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path, capsys):
+    fifo = tmp_path / "saved.json"
+    os.mkfifo(fifo)
+    assert main(["report", str(fifo)]) == 2
+    assert "is a FIFO (a named pipe), not a file" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_a_device_or_a_folder_is_refused_unread(tmp_path, capsys):
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    assert main(["report", str(tmp_path / "zero.json")]) == 2
+    assert "is a device, not a file" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is a folder, not a file" in capsys.readouterr().err
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(tmp_path, capsys):
+    huge = tmp_path / "saved.json"
+    with huge.open("wb") as file:
+        file.truncate(MAX_BYTES + 1)  # sparse: no disk used
+    assert main(["report", str(huge)]) == 2
+    assert "larger than 64 MiB" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_a_very_long_string_is_cut_on_the_console_and_kept_whole_in_json(tmp_path, capsys):
+    data = _report().to_dict()
+    data["target"] = "demo " * 400_000  # 2 MB: rich takes seconds to wrap it
+    source = _saved(tmp_path, json.dumps(data))
+    assert main(["report", str(source)]) == 0
+    shown = capsys.readouterr().out
+    assert "[cut: 2,000,000 characters in all]" in shown and len(shown) < 100_000
+    main(["report", str(source), "--json"])
+    assert json.loads(capsys.readouterr().out)["target"] == data["target"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "99999999999999999999"],
+        ["history", "show", "99999999999999999999"],
+        ["history", "compare", "99999999999999999999", "1"],
+    ],
+)
+def test_a_run_id_beyond_64_bits_is_no_run(argv, capsys):
+    save_run(RunRecord(
+        name="demo/train", kind="check", started_at="2026-11-25T10:00:00+00:00", ended_at="2026-11-25T10:00:30+00:00",
+        host={}, settings=FIXED.to_dict(), measurements={}, findings=[], target="demo",
+    ))  # fmt: skip
+    assert main(argv) == 2
+    assert "no run 99999999999999999999 in the history" in capsys.readouterr().err

@@ -296,7 +296,7 @@ def test_a_check_report_saved_before_recordings_were_kept_asks_for_a_new_check()
     data = _check_report().to_dict()
     del data["loaders"]["val"]["recording"]
     error = _error(data)
-    assert "saved by an older loaderdoctor" in error.message and "'val'" in error.message
+    assert "saved by an older loaderdoctor" in error.message and "loaders.val " in error.message
     assert "run `loaderdoctor check` again" in error.hint
 
 
@@ -313,17 +313,18 @@ def _without(data: dict[str, Any], *path: str) -> dict[str, Any]:
     ("make", "change", "words"),
     [
         (_check_report, lambda d: _without(d, "loaders", "train", "verification", "before"),
-         "loader 'train': Verification.__init__() missing 1 required positional argument: 'before'"),
+         "loaders.train.verification.before: missing"),
         (_check_report, lambda d: d["loaders"]["val"]["findings"][0].update(severity="fatal"),
-         "loader 'val': unknown severity 'fatal'"),
+         "loaders.val.findings[0]: unknown severity 'fatal'"),
         (_check_report, lambda d: d["loaders"]["train"]["recording"]["settings"].update(num_workers=-1),
-         "loader 'train': num_workers must be 0 or more, not -1"),
-        (_tune_report, lambda d: _without(d, "loaders", "val", "trials"), "loader 'val': the key 'trials' is missing"),
-        (_scale_report, lambda d: d["loaders"]["train"].update(runs=7), "loader 'train': 'int' object is not iterable"),
-        (_scale_report, lambda d: _without(d, "target"), "the key 'target' is missing"),
+         "loaders.train.recording.settings: num_workers must be 0 or more, not -1"),
+        (_tune_report, lambda d: _without(d, "loaders", "val", "trials"), "loaders.val.trials: missing"),
+        (_scale_report, lambda d: d["loaders"]["train"].update(runs=7),
+         "loaders.train.runs: expected a list, got a number"),
+        (_scale_report, lambda d: _without(d, "target"), "target: missing"),
     ],
 )  # fmt: skip
-def test_a_malformed_report_names_the_loader_and_what_is_wrong(make, change, words):
+def test_a_malformed_report_names_the_fields_path_and_what_is_wrong(make, change, words):
     data = json.loads(json.dumps(make().to_dict()))
     change(data)
     error = _error(data)

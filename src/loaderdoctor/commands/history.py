@@ -100,7 +100,7 @@ def find_run(text: str | None) -> RunRecord:
             f"history show takes a run id (a whole number) or 'latest', not {text!r}",
             hint="`loaderdoctor history` lists the runs with their ids",
         ) from None
-    found = load_run(run_id)
+    found = load_run(run_id) if 0 <= run_id < 2**63 else None  # the history's ids are 64-bit integers
     if found is None:
         raise UsageError(
             f"no run {run_id} in the history at {where}", hint="`loaderdoctor history` lists the runs with their ids"

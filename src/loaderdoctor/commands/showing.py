@@ -15,7 +15,7 @@ from loaderdoctor.render import json as json_render
 from loaderdoctor.render import scale as scale_render
 from loaderdoctor.render import tune as tune_render
 from loaderdoctor.report import Report
-from loaderdoctor.saved import AnyReport, load_report
+from loaderdoctor.saved import AnyReport, for_console, load_report
 from loaderdoctor.scale.report import ScaleReport
 from loaderdoctor.tune.result import TuneReport
 
@@ -55,7 +55,7 @@ def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console
     if args.json:
         print(json_render.render(shown))
     else:
-        render_console(shown, out)
+        render_console(for_console(shown), out)
     if args.html is not None:
         err.print(f"HTML report written to {args.html}", highlight=False, markup=False)
 

@@ -24,6 +24,10 @@ class SameEffectiveBatch:
     batch_size: float
     grad_accum: float
 
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise ValueError(f"a world size is 1 or more, not {self.world_size}")
+
     @property
     def batch_size_is_whole(self) -> bool:
         return float(self.batch_size).is_integer()

@@ -55,6 +55,10 @@ class ScaleRun:
     per_rank: list[RankFigures]
     failures: list[str] = field(default_factory=list)  # ranks that died, hung, or were ended: in words
 
+    def __post_init__(self) -> None:
+        if min(self.ranks, self.base_ranks) < 1:
+            raise ValueError(f"a run has 1 rank or more, not {min(self.ranks, self.base_ranks)}")
+
     @property
     def failed(self) -> bool:
         return bool(self.failures)
@@ -129,5 +133,4 @@ class ScaleReport:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScaleReport:
         """The ScaleReport whose to_dict() is `data`."""
-        loaders = {name: ScaleLoaderReport.from_dict(name, lr) for name, lr in data["loaders"].items()}
-        return cls(data["target"], loaders, data.get("nnodes", 1))
+        return dataclass_from_written(cls, data)

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.plaindata import dataclass_from_written
+from loaderdoctor.plaindata import dataclass_from_written, field_of
 from loaderdoctor.settings import Settings
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Trial
@@ -104,12 +104,11 @@ class LoaderTuning:
     def from_dict(cls, name: str, data: dict[str, Any]) -> LoaderTuning:
         """The LoaderTuning of loader `name` whose to_dict() is `data`. Its baseline and chosen trial are the very
         Trials of its list that they were written from (the renderers tell them by identity), else rebuilt apart."""
-        written = data["trials"]
-        trials = [Trial.from_dict(trial) for trial in written]
+        trials = field_of(data, "trials", list[Trial])
 
-        def among_trials(trial: dict[str, Any]) -> Trial:
-            same = (rebuilt for rebuilt, was in zip(trials, written, strict=True) if was == trial)
-            return next(same, None) or Trial.from_dict(trial)
+        def among_trials(key: str) -> Trial:
+            same = (rebuilt for rebuilt, was in zip(trials, data["trials"], strict=True) if was == data.get(key))
+            return next(same, None) or field_of(data, key, Trial)
 
         return dataclass_from_written(
             cls,
@@ -117,8 +116,8 @@ class LoaderTuning:
             {"search_s": "seconds"},
             name=name,
             trials=trials,
-            baseline=among_trials(data["baseline"]),
-            chosen=among_trials(data["chosen"]),
+            baseline=among_trials("baseline"),
+            chosen=among_trials("chosen"),
         )
 
 
@@ -148,5 +147,4 @@ class TuneReport:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TuneReport:
         """The TuneReport whose to_dict() is `data`."""
-        loaders = data["loaders"]
-        return cls(data["target"], {name: LoaderTuning.from_dict(name, tuning) for name, tuning in loaders.items()})
+        return dataclass_from_written(cls, data)

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoctor.plaindata import dataclass_from_written
+from loaderdoctor.plaindata import dataclass_from_written, field_of
 from loaderdoctor.settings import Settings
 
 # measured: it ran and delivered batches. stalled / crashed: its run did (never chosen). over-memory: measured
@@ -53,7 +53,7 @@ class Measurement:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         """The Measurement whose to_dict() is `data`, its memory back in bytes (to the 0.1 MB written)."""
-        mb = data.get("memory_mb")
+        mb = field_of(data, "memory_mb", float | None) if "memory_mb" in data else None
         return dataclass_from_written(cls, data, memory_bytes=None if mb is None else round(mb * 2**20))
 
 
