@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.workload import Workload
 
 HERE = Path(__file__).resolve()
 HEALTHY = {"shards", "map-healthy"}
@@ -153,7 +153,7 @@ LOADERS = {
 
 def plain_in_process(name: str, settings: dict, seconds: float) -> float:
     """Batches per second of whole epochs (start-ups included), after one epoch to warm up."""
-    from loaderdoctor.settings import LoaderSpec, Settings
+    from loaderdoctor.loader.settings import LoaderSpec, Settings
 
     workload = LOADERS[name]()
     step_s = (workload.step_ms or 0.0) / 1000

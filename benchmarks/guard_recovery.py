@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 import loaderdoctor
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.tap.watchdog import StallPolicy
 
 FAULT_AT = 37
 

@@ -126,7 +126,7 @@ def plain_rate(settings: dict, open_s: float, epochs: int) -> float | None:
 
 
 def _plain_in_process(settings_dict: dict, epochs: int) -> float:
-    from loaderdoctor.settings import LoaderSpec, Settings
+    from loaderdoctor.loader.settings import LoaderSpec, Settings
 
     plain = LoaderSpec.from_loader(loader()).build(Settings.from_dict(settings_dict))
     for _ in plain:  # the run's one start-up (reported apart by check)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.scenarios import plain_rate
 
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 # tests/integration/test_scenarios.py's FIXED_BY_SETTINGS: the targets whose verified fix is a change of settings

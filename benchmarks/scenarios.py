@@ -103,7 +103,7 @@ def plain_speedup(name: str, original: dict, fix: dict, pairs: int) -> float | N
 
 
 def _plain_in_process(name: str, settings_dict: dict) -> float:
-    from loaderdoctor.settings import LoaderSpec, Settings
+    from loaderdoctor.loader.settings import LoaderSpec, Settings
 
     workload = scenarios.get(name).build()
     try:

@@ -26,9 +26,9 @@ from collections.abc import Callable
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.filelocks import FileLockWatch
-from loaderdoctor.sitesampler import SiteSampler, activity_path, thread_cpu_clock
-from loaderdoctor.workerhook import ProbeWorkerHook
+from loaderdoctor.workers.filelocks import FileLockWatch
+from loaderdoctor.workers.hook import ProbeWorkerHook
+from loaderdoctor.workers.sites import SiteSampler, activity_path, thread_cpu_clock
 
 SAMPLES = 2000
 

@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tune_pipelines import PIPELINES
 
-from loaderdoctor.host import host_facts
-from loaderdoctor.settings import LoaderSpec, Settings, quiet_worker_count_advice
+from loaderdoctor.host.facts import host_facts
+from loaderdoctor.loader.settings import LoaderSpec, Settings, quiet_worker_count_advice
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S, default_memory_budget, tune_loader
 from loaderdoctor.tune.space import grid
 

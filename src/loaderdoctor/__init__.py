@@ -2,18 +2,19 @@
 
 # First: Ctrl-C while the command line imports torch is held until the imports are done (see startup.py).
 from loaderdoctor import startup as _startup  # noqa: F401
+from loaderdoctor._version import __version__ as __version__
 from loaderdoctor.check import check
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, UsageError
 from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch
 from loaderdoctor.guard.events import GuardEvent
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.loader.threads import ThreadLoader
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.report import Finding, Report, Verification
 from loaderdoctor.scale.report import ScaleReport
 from loaderdoctor.scale.run import scale
-from loaderdoctor.settings import Settings
-from loaderdoctor.threads import ThreadLoader
 from loaderdoctor.tune import TuneReport, tune
 from loaderdoctor.watch import WatchedLoader, watch
-from loaderdoctor.workload import Workload
 
 __all__ = [
     "DataLoader",
@@ -42,4 +43,3 @@ __all__ = [
     "unpatch",
     "watch",
 ]
-__version__ = "0.1.0"

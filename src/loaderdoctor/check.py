@@ -7,25 +7,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor import target as targets
-from loaderdoctor.budget import check_budget, target_limit_s
-from loaderdoctor.epochcost import epoch_cost
 from loaderdoctor.errors import StoppedByUser, UsageError
-from loaderdoctor.prescribe import prescribe
-from loaderdoctor.probe import ProbeProgress, probe
-from loaderdoctor.recording import Recording
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.workload import Step
+from loaderdoctor.plain.words import plural
+from loaderdoctor.probe.budget import check_budget, target_limit_s
+from loaderdoctor.probe.measure import ProbeProgress, probe
+from loaderdoctor.probe.userstate import user_state_kept
+from loaderdoctor.probe.verify import verify
+from loaderdoctor.recording.epochcost import epoch_cost
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.data import duplicate_samples
 from loaderdoctor.rules.locks import lock_free_provable
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.rules.prescribe import prescribe
+from loaderdoctor.tap.watchdog import StallPolicy
+from loaderdoctor.target import resolve as targets
 from loaderdoctor.tune.measure import measurement
 from loaderdoctor.tune.run import MIN_TRIAL_S, default_memory_budget, tune_loader
-from loaderdoctor.userstate import user_state_kept
-from loaderdoctor.verify import verify
-from loaderdoctor.watchdog import StallPolicy
-from loaderdoctor.words import plural
-from loaderdoctor.workload import Step
 
 # progress(loader name, phase: "measure" | "tune" | "verify", figures so far)
 CheckProgress = Callable[[str, str, ProbeProgress], None]

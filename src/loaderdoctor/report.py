@@ -7,10 +7,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoctor.epochcost import EpochCost
-from loaderdoctor.limit import Limit, host_limit, share_of_limit
-from loaderdoctor.plaindata import dataclass_from_written
-from loaderdoctor.rates import (
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.data import dataclass_from_written
+from loaderdoctor.recording.epochcost import EpochCost
+from loaderdoctor.recording.limit import Limit, host_limit, share_of_limit
+from loaderdoctor.recording.rates import (
     batches_per_s,
     delivered_batches,
     epoch_batches,
@@ -19,7 +20,7 @@ from loaderdoctor.rates import (
     interval_s,
     training_rate,
 )
-from loaderdoctor.recording import (
+from loaderdoctor.recording.record import (
     OtherProcess,
     Recording,
     descheduled_wait_s,
@@ -27,9 +28,8 @@ from loaderdoctor.recording import (
     steady_batches,
     wait_fraction,
 )
+from loaderdoctor.recording.usage import loading_cpu, other_cores, worker_uss_after_startup
 from loaderdoctor.scale.plan import DdpPlan
-from loaderdoctor.settings import Settings
-from loaderdoctor.usage import loading_cpu, other_cores, worker_uss_after_startup
 
 SEVERITIES = ("critical", "warning", "info")
 SCHEMA = "loaderdoctor.check/1"

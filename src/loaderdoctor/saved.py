@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from loaderdoctor import plainjson
 from loaderdoctor.errors import UsageError
-from loaderdoctor.plaindata import PlainDataError, path_words, rebuilt_at
+from loaderdoctor.plain import jsontext as plainjson
+from loaderdoctor.plain.data import PlainDataError, path_words, rebuilt_at
 from loaderdoctor.report import SCHEMA as CHECK_SCHEMA
 from loaderdoctor.report import Report
 from loaderdoctor.scale.report import SCHEMA as SCALE_SCHEMA

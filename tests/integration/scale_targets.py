@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.workload import Workload
 
 
 class Numbers(Dataset):

@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import loaderdoctor
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.rules._common import COMPUTING_SHARE
-from loaderdoctor.workload import Workload
 
 pytestmark = [
     pytest.mark.workers,

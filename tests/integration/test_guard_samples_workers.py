@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.guard import guard
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.tap.watchdog import StallPolicy
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(60)]
 

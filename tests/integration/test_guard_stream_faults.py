@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.guard import guard
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.tap.watchdog import StallPolicy
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(90)]
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.epochcost import EpochCost
-from loaderdoctor.probe import probe
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.workload import sleep_step
+from loaderdoctor.probe.measure import probe
+from loaderdoctor.probe.verify import verify
+from loaderdoctor.recording.epochcost import EpochCost
 from loaderdoctor.report import Finding
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.verify import verify
-from loaderdoctor.workload import sleep_step
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(40)]
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.probe import probe
+from loaderdoctor.loader.settings import LoaderSpec
+from loaderdoctor.probe.measure import probe
 from loaderdoctor.rules import diagnose
 from loaderdoctor.scenarios import lock_contention
-from loaderdoctor.settings import LoaderSpec
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(150)]
 

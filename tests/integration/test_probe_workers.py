@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.probe import probe
-from loaderdoctor.probesession import ProbeSession
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.probe.measure import probe
+from loaderdoctor.probe.session import ProbeSession
+from loaderdoctor.tap.watchdog import StallPolicy
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(90)]
 

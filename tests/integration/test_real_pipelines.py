@@ -16,10 +16,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import loaderdoctor
-from loaderdoctor.probe import probe
-from loaderdoctor.rates import batches_per_s, training_rate
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.workload import Workload
+from loaderdoctor.probe.measure import probe
+from loaderdoctor.recording.rates import batches_per_s, training_rate
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
 

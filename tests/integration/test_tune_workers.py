@@ -11,11 +11,11 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from loaderdoctor import tune
 from loaderdoctor.cli import main
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.workload import sleep_step
+from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.trial import VERDICTS
-from loaderdoctor.watchdog import StallPolicy
-from loaderdoctor.workload import sleep_step
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(180)]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoctor.activity import LockCalls, WorkerActivity, WorkerSite
-from loaderdoctor.recording import (
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import (
     AliveThread,
     BatchRecord,
     EpochRecord,
@@ -15,7 +15,7 @@ from loaderdoctor.recording import (
     Recording,
     WorkerSample,
 )
-from loaderdoctor.settings import Settings
+from loaderdoctor.workers.activity import LockCalls, WorkerActivity, WorkerSite
 
 MIB = 2**20
 GIB = 2**30

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoctor.budget import check_budget
 from loaderdoctor.cli import main
 from loaderdoctor.errors import UsageError
-from loaderdoctor.interrupt import INTERRUPT_SIGNAL
-from loaderdoctor.target import resolve
-from loaderdoctor.timelimit import TimeLimit, TimeLimitPassed
+from loaderdoctor.probe.budget import check_budget
+from loaderdoctor.tap.interrupt import INTERRUPT_SIGNAL
+from loaderdoctor.target.resolve import resolve
+from loaderdoctor.target.timelimit import TimeLimit, TimeLimitPassed
 
 pytestmark = pytest.mark.timeout(90)
 

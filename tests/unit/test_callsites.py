@@ -16,8 +16,8 @@ from fcntl import flock as lock_file
 
 import pytest
 
-from loaderdoctor.callsites import Site, site_of
-from loaderdoctor.host import thread_frames
+from loaderdoctor.host.facts import thread_frames
+from loaderdoctor.workers.callsites import Site, site_of
 
 WAIT_S = 10.0
 THIS_FILE = __file__

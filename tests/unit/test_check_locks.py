@@ -10,10 +10,10 @@ import torch
 from recordings import make_activity, make_recording
 from torch.utils.data import DataLoader, TensorDataset
 
-from loaderdoctor.activity import LockCalls
+from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.report import Verification
 from loaderdoctor.rules import diagnose
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.workers.activity import LockCalls
 
 check_module = importlib.import_module("loaderdoctor.check")
 FOUR_WORKERS = Settings(num_workers=4, persistent_workers=True)

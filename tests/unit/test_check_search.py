@@ -10,8 +10,8 @@ import torch
 from recordings import make_recording
 from torch.utils.data import DataLoader, TensorDataset
 
+from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.report import Finding, Verification
-from loaderdoctor.settings import LoaderSpec, Settings
 from loaderdoctor.tune.result import LoaderTuning
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial

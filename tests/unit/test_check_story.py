@@ -5,8 +5,8 @@ from __future__ import annotations
 from recordings import make_recording
 
 from loaderdoctor.check import _with_measured_advice
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.report import Finding, Verification
-from loaderdoctor.settings import Settings
 
 ORIGINAL = Settings(num_workers=0)
 MORE_WORKERS = {"num_workers": 2, "persistent_workers": True}

@@ -12,17 +12,17 @@ from rich.console import Console
 from loaderdoctor import scenarios
 from loaderdoctor.cli import main
 from loaderdoctor.history.store import load_runs
-from loaderdoctor.probesession import ProbeProgress
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.words import plural
+from loaderdoctor.probe.session import ProbeProgress
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render import tune as tune_render
 from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
-from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial
-from loaderdoctor.words import plural
 
 TINY_LOADER = """\
 import torch

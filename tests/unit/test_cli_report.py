@@ -13,9 +13,9 @@ from loaderdoctor.cli import main
 from loaderdoctor.commands import check as check_command
 from loaderdoctor.history.records import RunRecord
 from loaderdoctor.history.store import save_run
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.saved import MAX_BYTES
-from loaderdoctor.settings import Settings
 
 FIXED = Settings(num_workers=2, persistent_workers=True)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
-from loaderdoctor.datasetcopy import own_copy
-from loaderdoctor.probe import probe
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.loader.datasetcopy import own_copy
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.probe.measure import probe
 
 
 class OpensLazily(Dataset):

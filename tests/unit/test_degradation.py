@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from loaderdoctor.history.records import RunRecord
-from loaderdoctor.recording import OtherProcess, StrayProcess
+from loaderdoctor.host.snapshot import HostSnapshot
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import OtherProcess, StrayProcess
 from loaderdoctor.rules.degradation import run_degradation
-from loaderdoctor.settings import Settings
-from loaderdoctor.snapshot import HostSnapshot
 
 GIB = 2**30
 SETTINGS = Settings(num_workers=2, persistent_workers=True)

@@ -12,11 +12,11 @@ import torch
 from recordings import make_recording
 from torch.utils.data import DataLoader
 
-from loaderdoctor.recording import Recording, data_wait_s, wait_fraction
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import Recording, data_wait_s, wait_fraction
 from loaderdoctor.rules.throughput import input_bound, worker_respawn
-from loaderdoctor.settings import Settings
-from loaderdoctor.tap import BatchDelivered, Tap
-from loaderdoctor.workers import thread_run_delay_s
+from loaderdoctor.tap.iterator import BatchDelivered, Tap
+from loaderdoctor.workers.sampler import thread_run_delay_s
 
 counted = pytest.mark.skipif(
     not Path("/proc/thread-self/schedstat").exists() or thread_run_delay_s() is None,
@@ -122,8 +122,8 @@ def test_the_report_says_how_much_of_the_wait_was_descheduled_only_when_it_is_no
 
 
 def test_loading_in_the_main_process_takes_its_run_delay_from_the_tap_when_it_read_it():
-    from loaderdoctor.settings import Settings as LoaderSettings
-    from loaderdoctor.usage import loading_cpu
+    from loaderdoctor.loader.settings import Settings as LoaderSettings
+    from loaderdoctor.recording.usage import loading_cpu
 
     rec = _descheduled(make_recording(settings=LoaderSettings(), wait_s=0.04, step_s=0.01), 0.02)
     cpu = loading_cpu(rec)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from recordings import make_recording
 
-from loaderdoctor.epochcost import EpochCost, epoch_cost
+from loaderdoctor.recording.epochcost import EpochCost, epoch_cost
 
 
 def test_an_epoch_now_and_with_the_fix_in_time_and_money():

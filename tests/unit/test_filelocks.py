@@ -11,8 +11,8 @@ from fcntl import flock as lock_file
 
 import pytest
 
-from loaderdoctor.activity import LockCalls
-from loaderdoctor.filelocks import FileLockWatch, opened_read_only
+from loaderdoctor.workers.activity import LockCalls
+from loaderdoctor.workers.filelocks import FileLockWatch, opened_read_only
 
 # In a tuple: installing replaces the originals wherever a module's globals hold them, this module's too.
 ORIGINALS = (fcntl.flock, fcntl.lockf, os.lockf)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from loaderdoctor import tap as tap_module
-from loaderdoctor.fingerprints import EpochTally, sample_fingerprints
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.rules import diagnose
-from loaderdoctor.settings import Settings
-from loaderdoctor.tap import BatchDelivered, EpochEnded, Event, IteratorCreated, Tap
+from loaderdoctor.tap import iterator as tap_module
+from loaderdoctor.tap.fingerprints import EpochTally, sample_fingerprints
+from loaderdoctor.tap.iterator import BatchDelivered, EpochEnded, Event, IteratorCreated, Tap
 from loaderdoctor.watch.recorder import LoaderFacts, RunRecorder
 
 

@@ -10,11 +10,11 @@ import threading
 import pytest
 from recordings import make_iterators, make_recording
 
-from loaderdoctor import forksafety
-from loaderdoctor.forksafety import ForkHazards, is_benign, other_threads
-from loaderdoctor.recording import AliveThread, IteratorFacts
+from loaderdoctor.host import forksafety
+from loaderdoctor.host.forksafety import ForkHazards, is_benign, other_threads
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import AliveThread, IteratorFacts
 from loaderdoctor.rules.safety import fork_unsafe
-from loaderdoctor.settings import Settings
 
 FORKED = Settings(num_workers=2, persistent_workers=True, start_method="fork")
 

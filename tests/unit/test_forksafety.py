@@ -13,15 +13,15 @@ import torch
 from recordings import make_iterators, make_recording
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor import forksafety
-from loaderdoctor.forksafety import (
+from loaderdoctor.host import forksafety
+from loaderdoctor.host.forksafety import (
     ForkHazards,
     forkserver_blocker,
     iterator_facts,
     other_threads,
     safe_start_method,
 )
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.loader.settings import LoaderSpec, Settings
 
 
 class Squares(Dataset):
@@ -117,7 +117,7 @@ def test_a_threads_entry_point_is_its_target():
 
 
 def test_a_library_thread_is_named_by_its_package():
-    from loaderdoctor.recording import AliveThread
+    from loaderdoctor.recording.record import AliveThread
 
     path = "/venv/lib/python3.11/site-packages/tqdm/_monitor.py"
     assert forksafety._package_of(path) == "tqdm"

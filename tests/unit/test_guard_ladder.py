@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from loaderdoctor.forksafety import ForkHazards
 from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.guard.safe import persistent_workers_change, start_method_change
-from loaderdoctor.recording import AliveThread, IteratorFacts
-from loaderdoctor.settings import Settings
+from loaderdoctor.host.forksafety import ForkHazards
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import AliveThread, IteratorFacts
 
 
 def _walk(settings: Settings, **kwargs) -> list[tuple[int, str | None]]:

@@ -20,8 +20,8 @@ from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import DataLoader as GuardedDataLoader
 from loaderdoctor.guard import children, guard
 from loaderdoctor.guard.loader import stall_policy
-from loaderdoctor.tap import exited_workers, is_worker_death
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.tap.iterator import exited_workers, is_worker_death
+from loaderdoctor.tap.watchdog import StallPolicy
 
 
 class Pairs(Dataset):

@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.guard import guard
-from loaderdoctor.interrupt import INTERRUPT_SIGNAL
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.tap.interrupt import INTERRUPT_SIGNAL
 
 _STUCK_INDEX = 6
 

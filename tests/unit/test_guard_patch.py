@@ -17,11 +17,12 @@ from torch.utils.data import Dataset, IterableDataset
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 import loaderdoctor
-from loaderdoctor import settings, tap
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.guard import GuardedLoader, plan
 from loaderdoctor.guard import loader as guard_loader
 from loaderdoctor.guard.patch import PatchedDataLoader, is_patched, patch, patched, unpatch
+from loaderdoctor.loader import settings
+from loaderdoctor.tap import iterator as tap
 
 
 class Pairs(Dataset):

@@ -16,8 +16,8 @@ from loaderdoctor.guard.recovery import (
     death_cause,
     is_users_timeout,
 )
-from loaderdoctor.settings import Settings
-from loaderdoctor.tap import raised_in_worker
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.tap.iterator import raised_in_worker
 
 
 def _facts(**changes) -> FailureFacts:

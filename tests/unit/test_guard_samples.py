@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.guard import guard
 from loaderdoctor.guard.samples import GuardedSamples, Request, SkipReports, Tagger, bad_share_floor, too_many_bad
-from loaderdoctor.indexed import SampleFailure, parse_sample_failures
+from loaderdoctor.loader.indexed import SampleFailure, parse_sample_failures
 
 pytestmark = pytest.mark.timeout(30)
 

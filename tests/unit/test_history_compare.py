@@ -11,7 +11,7 @@ from test_degradation import HOG, HOG_2, make_host, make_run
 from loaderdoctor.cli import main
 from loaderdoctor.history.compare import SCHEMA, compare_runs
 from loaderdoctor.history.store import save_run
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
 
 
 def _slowed_pair():

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from loaderdoctor import host
-from loaderdoctor.host import cgroup_cpu_quota, cpu_snapshot, host_facts, usable_cores
+from loaderdoctor.host import facts as host
+from loaderdoctor.host.facts import cgroup_cpu_quota, cpu_snapshot, host_facts, usable_cores
 
 
 def _write(path: Path, text: str) -> None:
@@ -65,7 +65,7 @@ def test_usable_cores_follow_affinity_and_quota():
 
 
 def test_usable_cores_with_a_fake_quota(monkeypatch):
-    monkeypatch.setattr("loaderdoctor.host.cgroup_cpu_quota", lambda: 0.5)
+    monkeypatch.setattr("loaderdoctor.host.facts.cgroup_cpu_quota", lambda: 0.5)
     cores, _, quota = usable_cores()
     assert (cores, quota) == (0.5, 0.5)
 
@@ -94,7 +94,7 @@ def test_host_facts_default_to_one_local_rank(monkeypatch):
 
 
 def test_usable_cores_is_a_float_when_the_quota_is_above_the_affinity(monkeypatch):
-    monkeypatch.setattr("loaderdoctor.host.cgroup_cpu_quota", lambda: 4096.0)
+    monkeypatch.setattr("loaderdoctor.host.facts.cgroup_cpu_quota", lambda: 4096.0)
     cores, affinity, _ = usable_cores()
     assert cores == affinity
     assert isinstance(cores, float)

@@ -9,7 +9,7 @@ import pytest
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader
 
-from loaderdoctor.indexed import IndexedDataset, SampleFailure, parse_sample_failures, sample_failure
+from loaderdoctor.loader.indexed import IndexedDataset, SampleFailure, parse_sample_failures, sample_failure
 
 
 class Squares:
@@ -74,7 +74,7 @@ def test_parse_a_failure_wrapped_the_way_torch_wraps_worker_errors():
         "    data = fetcher.fetch(index)\n"
         '  File "/site-packages/loaderdoctor/indexed.py", line 44, in __getitem__\n'
         "    raise sample_failure([(index, error)]) from error\n"
-        "loaderdoctor.indexed.SampleFailure: dataset[12] raised ValueError: bad\n"
+        "loaderdoctor.loader.indexed.SampleFailure: dataset[12] raised ValueError: bad\n"
     )
     assert parse_sample_failures(SampleFailure(text)) == [(12, "ValueError", "bad")]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from loaderdoctor.guard.samples import GuardedSamples, Request
-from loaderdoctor.inhand import InHand
+from loaderdoctor.workers.inhand import InHand
 
 
 def test_a_worker_writes_its_own_slot_and_the_main_process_reads_it(tmp_path):

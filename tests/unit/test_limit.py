@@ -8,15 +8,15 @@ import pytest
 from recordings import make_recording
 from rich.console import Console
 
-from loaderdoctor.limit import MAX_IO_WORKERS, host_limit, limit_words, share_of_limit
-from loaderdoctor.rates import training_rate
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.limit import MAX_IO_WORKERS, host_limit, limit_words, share_of_limit
+from loaderdoctor.recording.rates import training_rate
+from loaderdoctor.recording.usage import worker_cpu_per_batch
 from loaderdoctor.render.tune import render
 from loaderdoctor.report import LoaderReport, Verification
-from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial
-from loaderdoctor.usage import worker_cpu_per_batch
 
 MAIN_PROCESS = Settings(num_workers=0)
 

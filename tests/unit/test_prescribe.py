@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from recordings import make_iterators, make_recording
 
-from loaderdoctor.prescribe import prescribe
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.report import Finding
-from loaderdoctor.settings import Settings
+from loaderdoctor.rules.prescribe import prescribe
 
 IN_MAIN_PROCESS = Settings()
 MORE_WORKERS = {"num_workers": 2, "persistent_workers": True}
@@ -20,7 +20,7 @@ def _finding(rule: str = "input-bound", severity: str = "critical", **change) ->
 
 @pytest.fixture
 def fork_by_default(monkeypatch):
-    monkeypatch.setattr("loaderdoctor.settings.default_start_method", lambda: "fork")
+    monkeypatch.setattr("loaderdoctor.loader.settings.default_start_method", lambda: "fork")
 
 
 # prescribe

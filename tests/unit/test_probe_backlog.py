@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import types
 
-from loaderdoctor.probesession import BACKLOG_ROUNDS, CAUGHT_UP_SHARE, ProbeSession
-from loaderdoctor.recording import BatchRecord
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.probe.session import BACKLOG_ROUNDS, CAUGHT_UP_SHARE, ProbeSession
+from loaderdoctor.recording.record import BatchRecord
 
 STEP_S = 0.02
 

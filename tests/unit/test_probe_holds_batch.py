@@ -8,8 +8,8 @@ import weakref
 
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.probe import probe
-from loaderdoctor.settings import LoaderSpec
+from loaderdoctor.loader.settings import LoaderSpec
+from loaderdoctor.probe.measure import probe
 
 
 class Batch:

@@ -11,12 +11,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.pickling import pickled_bytes
-from loaderdoctor.probe import ProbeProgress, probe
-from loaderdoctor.rates import interval_s
-from loaderdoctor.recording import SampleError, wait_fraction
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.loader.pickling import pickled_bytes
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.probe.measure import ProbeProgress, probe
+from loaderdoctor.recording.rates import interval_s
+from loaderdoctor.recording.record import SampleError, wait_fraction
+from loaderdoctor.tap.watchdog import StallPolicy
 
 MB = 10**6
 

@@ -9,10 +9,11 @@ import json
 import pytest
 from recordings import MIB, make_host, make_iterators, make_recording
 
-from loaderdoctor import rates
-from loaderdoctor.plaindata import dataclass_from_dict
-from loaderdoctor.rates import batches_per_s, epoch_batches, epoch_overhead_s, interval_s, training_rate
-from loaderdoctor.recording import (
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.data import dataclass_from_dict
+from loaderdoctor.recording import rates
+from loaderdoctor.recording.rates import batches_per_s, epoch_batches, epoch_overhead_s, interval_s, training_rate
+from loaderdoctor.recording.record import (
     AliveThread,
     BatchRecord,
     HostSample,
@@ -32,7 +33,6 @@ from loaderdoctor.recording import (
 )
 from loaderdoctor.render.console import measured_rows
 from loaderdoctor.report import LoaderReport, measurements
-from loaderdoctor.settings import Settings
 
 IN_MAIN_PROCESS = Settings()
 

@@ -8,11 +8,11 @@ import re
 import pytest
 from recordings import make_recording
 
-from loaderdoctor.recording import StackFrame, Stall, WorkerDeath, WorkerStack
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import StackFrame, Stall, WorkerDeath, WorkerStack
 from loaderdoctor.render.html import history, report_page, scale, svg, timeline, tune
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.scale.report import RankFigures, ScaleLoaderReport, ScaleReport, ScaleRun
-from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial

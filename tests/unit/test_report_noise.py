@@ -17,12 +17,14 @@ import pytest
 from recordings import make_host, make_recording
 from rich.console import Console
 
-from loaderdoctor import host
 from loaderdoctor.history.records import now_iso, run_record
 from loaderdoctor.history.store import save_run
-from loaderdoctor.host import OtherLoad, program_name
-from loaderdoctor.limit import host_limit, limit_words
-from loaderdoctor.recording import OtherProcess, Recording, StrayProcess
+from loaderdoctor.host import facts as host
+from loaderdoctor.host.facts import OtherLoad, program_name
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.limit import host_limit, limit_words
+from loaderdoctor.recording.record import OtherProcess, Recording, StrayProcess
+from loaderdoctor.recording.usage import LoadingCpu
 from loaderdoctor.render import console as console_render
 from loaderdoctor.render.html import report_page
 from loaderdoctor.render.scale import rank_words
@@ -31,11 +33,9 @@ from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.rules import diagnose
 from loaderdoctor.rules.throughput import _cpu_words
 from loaderdoctor.scale.report import RankFigures
-from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial
-from loaderdoctor.usage import LoadingCpu
 
 SECRET = "--db-password=hunter2-secret"
 

@@ -12,11 +12,12 @@ import pytest
 from recordings import MIB, make_activity, make_recording
 from rich.console import Console
 
-from loaderdoctor.epochcost import epoch_cost
 from loaderdoctor.errors import UsageError
 from loaderdoctor.history import reports as history
 from loaderdoctor.history.records import run_record
-from loaderdoctor.recording import OtherProcess, Recording, SampleError, StackFrame, Stall, WorkerStack
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.epochcost import epoch_cost
+from loaderdoctor.recording.record import OtherProcess, Recording, SampleError, StackFrame, Stall, WorkerStack
 from loaderdoctor.render import console as check_render
 from loaderdoctor.render import scale as scale_render
 from loaderdoctor.render import tune as tune_render
@@ -24,7 +25,6 @@ from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.saved import load_report, read_report
 from loaderdoctor.scale.plan import ddp_plan
 from loaderdoctor.scale.report import RankFigures, ScaleLoaderReport, ScaleReport, ScaleRun
-from loaderdoctor.settings import Settings
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial

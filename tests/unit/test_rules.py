@@ -9,14 +9,22 @@ import pytest
 from recordings import MIB, make_host, make_iterators, make_recording, make_worker_samples
 
 from loaderdoctor import rules
-from loaderdoctor.recording import HostSample, SampleError, StackFrame, Stall, StrayProcess, WorkerDeath, WorkerStack
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import (
+    HostSample,
+    SampleError,
+    StackFrame,
+    Stall,
+    StrayProcess,
+    WorkerDeath,
+    WorkerStack,
+)
 from loaderdoctor.report import Finding
 from loaderdoctor.rules.data import sample_errors
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
 from loaderdoctor.rules.memory import memory_growth, pin_memory
 from loaderdoctor.rules.safety import fork_unsafe, stall
 from loaderdoctor.rules.throughput import input_bound, slow_start, worker_respawn
-from loaderdoctor.settings import Settings
 
 IN_MAIN_PROCESS = Settings()
 TWO_PERSISTENT = Settings(num_workers=2, persistent_workers=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from recordings import make_recording, make_worker_samples
 
-from loaderdoctor import deaths
-from loaderdoctor.recording import Recording, WorkerDeath
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import Recording, WorkerDeath
 from loaderdoctor.rules import diagnose
 from loaderdoctor.rules.crash import worker_crash
-from loaderdoctor.settings import Settings
+from loaderdoctor.workers import deaths
 
 
 def _crashed(death: WorkerDeath, **fields) -> Recording:

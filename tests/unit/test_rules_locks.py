@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from recordings import POSES, make_activity, make_iterators, make_recording
 
-from loaderdoctor.activity import LockCalls
-from loaderdoctor.recording import Stall
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import Stall
 from loaderdoctor.rules import diagnose
 from loaderdoctor.rules.locks import SHARED_LOCK_SNIPPET, lock_contention, lock_free_provable
-from loaderdoctor.settings import Settings
+from loaderdoctor.workers.activity import LockCalls
 
 FOUR_WORKERS = Settings(num_workers=4, persistent_workers=True)
 

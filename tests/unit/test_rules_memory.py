@@ -8,8 +8,8 @@ import json
 import pytest
 from recordings import MIB, make_host, make_recording
 
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.rules.memory import memory_growth
-from loaderdoctor.settings import Settings
 
 TWO_PERSISTENT = Settings(num_workers=2, persistent_workers=True)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from recordings import make_recording
 
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.report import Finding
 from loaderdoctor.rules.straggler import rank_straggler
-from loaderdoctor.settings import Settings
 
 SETTINGS = Settings(num_workers=2, persistent_workers=True)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from recordings import make_host, make_recording
 
-from loaderdoctor.recording import HostSample, Recording
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import HostSample, Recording
+from loaderdoctor.recording.usage import loading_cpu
 from loaderdoctor.rules._common import WAITING_SHARE
 from loaderdoctor.rules.throughput import input_bound
-from loaderdoctor.settings import Settings
-from loaderdoctor.usage import loading_cpu
-from loaderdoctor.workers import WorkerSampler, parse_run_delay_s, run_delay_s
+from loaderdoctor.workers.sampler import WorkerSampler, parse_run_delay_s, run_delay_s
 
 TWO = Settings(num_workers=2, persistent_workers=True)
 SCHEDSTAT = Path(f"/proc/self/task/{os.getpid()}/schedstat")

@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.commands.run import split_argv
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.report import LoaderReport
-from loaderdoctor.settings import Settings
 from loaderdoctor.watch import watch
 from loaderdoctor.watch.everyloader import MAX_PER_SITE, EveryLoader, LoaderRun
 from loaderdoctor.watch.ranks import joined

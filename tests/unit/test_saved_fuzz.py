@@ -16,7 +16,7 @@ import pytest
 from test_report_roundtrip import _check_report, _scale_report, _tune_report
 
 from loaderdoctor.cli import main
-from loaderdoctor.plaindata import path_words
+from loaderdoctor.plain.data import path_words
 
 REPORTS = {"check": _check_report, "tune": _tune_report, "scale": _scale_report}
 # Each wrong type, in an order where no two neighbours are of one JSON kind (two numbers): a field given two

@@ -13,7 +13,7 @@ from recordings import make_recording
 
 from loaderdoctor.cli import main
 from loaderdoctor.errors import StopMeasuring, UsageError
-from loaderdoctor.recording import StackFrame, Stall, WorkerStack
+from loaderdoctor.recording.record import StackFrame, Stall, WorkerStack
 from loaderdoctor.rules.distributed import distributed_sampler, shared_share
 from loaderdoctor.scale import join
 from loaderdoctor.scale.job import RankJob, Topology, endpoint_parts

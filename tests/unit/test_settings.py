@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler, TensorDataset
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.settings import LoaderSpec, Settings, _WorkerInit, default_start_method
+from loaderdoctor.loader.settings import LoaderSpec, Settings, _WorkerInit, default_start_method
 
 
 def _dataset(n: int = 12) -> TensorDataset:
@@ -165,7 +165,7 @@ def test_every_snippet_is_valid_python():
 def test_effective_start_method(monkeypatch):
     assert Settings().effective_start_method is None
     assert Settings(num_workers=2, start_method="spawn").effective_start_method == "spawn"
-    monkeypatch.setattr("loaderdoctor.settings.default_start_method", lambda: "forkserver")
+    monkeypatch.setattr("loaderdoctor.loader.settings.default_start_method", lambda: "forkserver")
     assert Settings(num_workers=2).effective_start_method == "forkserver"
 
 

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from loaderdoctor.signals import TemporaryHandler
+from loaderdoctor.tap.signals import TemporaryHandler
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_child_deaths_are_quiet_in_the_block_and_the_handler_back_after_it():
     import sys
     import time
 
-    from loaderdoctor.signals import child_deaths_quiet
+    from loaderdoctor.tap.signals import child_deaths_quiet
 
     told: list[int] = []
 
@@ -86,7 +86,7 @@ def test_a_raising_signal_swallowed_in_a_del_is_sent_again_and_raises_where_it_c
     import sys
     import time
 
-    from loaderdoctor.signals import SignalRaises
+    from loaderdoctor.tap.signals import SignalRaises
 
     hook_before = sys.unraisablehook
 
@@ -110,7 +110,7 @@ def test_a_raising_signal_swallowed_in_a_del_is_sent_again_and_raises_where_it_c
 
 
 def test_a_raising_signal_leaves_a_handler_that_was_there_before_and_an_ignored_signal_ignored(sigusr2):
-    from loaderdoctor.signals import SignalRaises
+    from loaderdoctor.tap.signals import SignalRaises
 
     calls: list[int] = []
     signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
@@ -127,7 +127,7 @@ def test_a_raising_signal_leaves_a_handler_that_was_there_before_and_an_ignored_
 def test_an_unraisable_hook_set_over_ours_stays_and_other_exceptions_reach_the_one_before(sigusr2):
     import sys
 
-    from loaderdoctor.signals import SignalRaises
+    from loaderdoctor.tap.signals import SignalRaises
 
     seen: list[BaseException] = []
     hook_before = sys.unraisablehook

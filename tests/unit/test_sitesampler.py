@@ -10,9 +10,9 @@ from pathlib import Path
 
 from recordings import make_activity, make_recording
 
-from loaderdoctor.activity import LockCalls, WorkerActivity, WorkerSite, join_activities
-from loaderdoctor.recording import Recording
-from loaderdoctor.sitesampler import SiteSampler, activity_path, read_worker_activity, thread_cpu_clock
+from loaderdoctor.recording.record import Recording
+from loaderdoctor.workers.activity import LockCalls, WorkerActivity, WorkerSite, join_activities
+from loaderdoctor.workers.sites import SiteSampler, activity_path, read_worker_activity, thread_cpu_clock
 
 WAIT_S = 10.0
 LOCK_SAMPLES = 30

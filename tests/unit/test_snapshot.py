@@ -10,9 +10,9 @@ import time
 import psutil
 import torch
 
-from loaderdoctor import snapshot
-from loaderdoctor.recording import OtherProcess, StrayProcess
-from loaderdoctor.snapshot import HostSnapshot, take_snapshot
+from loaderdoctor.host import snapshot
+from loaderdoctor.host.snapshot import HostSnapshot, take_snapshot
+from loaderdoctor.recording.record import OtherProcess, StrayProcess
 
 
 def test_take_snapshot_reads_this_machine():

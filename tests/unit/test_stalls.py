@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from loaderdoctor import stalls
-from loaderdoctor.recording import WorkerStack
-from loaderdoctor.watchdog import StallNotice
+from loaderdoctor.recording.record import WorkerStack
+from loaderdoctor.tap import stalls
+from loaderdoctor.tap.watchdog import StallNotice
 
 
 def _notice(pids: list[int]) -> StallNotice:

@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader
 
 from loaderdoctor import scenarios
 from loaderdoctor.errors import UsageError
-from loaderdoctor.target import ResolvedTarget, resolve
-from loaderdoctor.usercode import describe_exception
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.workload import Workload
+from loaderdoctor.plain.usercode import describe_exception
+from loaderdoctor.target.resolve import ResolvedTarget, resolve
 
 LOADERS = """
 import torch
@@ -122,7 +122,7 @@ def test_workload_is_taken_as_it_is_and_closed_once(project):
         "loaders_d.py",
         LOADERS
         + """
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.workload import Workload
 
 CLOSED = []
 
@@ -492,7 +492,7 @@ def empty_workload():
     )
 
 
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.workload import Workload
 
 CLOSED = []
 """

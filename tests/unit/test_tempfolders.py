@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoctor import tempfolders
-from loaderdoctor.tempfolders import OWNER_FILE, make_private_folder, remove_folder, remove_made, sweep_stale
+from loaderdoctor.host import tempfolders
+from loaderdoctor.host.tempfolders import OWNER_FILE, make_private_folder, remove_folder, remove_made, sweep_stale
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -120,7 +120,10 @@ def test_another_users_folder_is_not_touched(tmp_path):
 
 def test_a_process_killed_with_its_folder_has_it_swept_by_the_next_one(tmp_path):
     environ = {**os.environ, "TMPDIR": str(tmp_path)}
-    make = "from loaderdoctor.tempfolders import make_private_folder as m; print(m('loaderdoctor-stacks-'), flush=True)"
+    make = (
+        "from loaderdoctor.host.tempfolders import make_private_folder as m; "
+        "print(m('loaderdoctor-stacks-'), flush=True)"
+    )
     killed = subprocess.Popen(
         [sys.executable, "-c", make + "; import time; time.sleep(60)"], stdout=subprocess.PIPE, text=True, env=environ
     )

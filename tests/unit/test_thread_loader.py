@@ -9,7 +9,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 
 import loaderdoctor
 from loaderdoctor.errors import UsageError
-from loaderdoctor.threads import threads_available
+from loaderdoctor.loader.threads import threads_available
 
 pytestmark = [
     pytest.mark.skipif(not threads_available(), reason="the thread backend needs torchdata"),

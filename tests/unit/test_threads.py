@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from loaderdoctor.probe import probe
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.threads import ThreadLoader, threads_available
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.threads import ThreadLoader, threads_available
+from loaderdoctor.probe.measure import probe
 
 pytestmark = pytest.mark.skipif(not threads_available(), reason="the thread backend needs torchdata")
 
@@ -137,7 +137,7 @@ def test_a_probes_next_epoch_starts_once_the_threads_of_the_one_it_cut_have_ende
 EXITS_AFTER_LEAVING_AN_EPOCH = """
 import torch
 from torch.utils.data import DataLoader, Dataset
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.loader.settings import LoaderSpec, Settings
 
 class Frames(Dataset):
     def __len__(self):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from recordings import BATCH_BYTES, MIB, make_recording
 
-from loaderdoctor.rates import training_rate
-from loaderdoctor.recording import Stall
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.rates import training_rate
+from loaderdoctor.recording.record import Stall
 from loaderdoctor.tune.measure import loading_memory_bytes, measurement
 
 WORKERS = Settings(num_workers=2, prefetch_factor=2, persistent_workers=False)

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from loaderdoctor import tune
 from loaderdoctor.errors import UsageError
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.tune.run import MAX_WORKERS, MIN_TRIAL_S, limits_for, parse_size, trial_seconds
 
 

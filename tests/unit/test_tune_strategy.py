@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.tune.space import Limits, grid
 from loaderdoctor.tune.strategy import Search, SearchResult
 from loaderdoctor.tune.trial import Measurement

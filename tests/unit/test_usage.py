@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from recordings import MIB, make_recording
 
-from loaderdoctor.recording import HostSample, WorkerSample
-from loaderdoctor.settings import Settings
-from loaderdoctor.usage import loading_cpu, other_cores, worker_growth, worker_uss_after_startup
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import HostSample, WorkerSample
+from loaderdoctor.recording.usage import loading_cpu, other_cores, worker_growth, worker_uss_after_startup
 
 FOUR = Settings(num_workers=4, persistent_workers=True)
 

@@ -14,8 +14,8 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, T
 
 import loaderdoctor
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.userstate import user_state_kept
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.workload import Workload
+from loaderdoctor.probe.userstate import user_state_kept
 
 SEED = 123
 SAMPLES = 20

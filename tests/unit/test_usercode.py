@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import os
 import threading
+from pathlib import Path
 
 import pytest
 import torch.utils.data.dataloader
 
-import loaderdoctor.settings
-from loaderdoctor.usercode import code_owner, describe_exception, innermost_user_frame
+import loaderdoctor
+import loaderdoctor.loader.settings
+from loaderdoctor.plain.usercode import code_owner, describe_exception, innermost_user_frame
 
-OWN_FILE = loaderdoctor.settings.__file__
-SCENARIO_FILE = os.path.join(os.path.dirname(OWN_FILE), "scenarios", "demo.py")
+OWN_FILE = loaderdoctor.loader.settings.__file__
+PACKAGE_DIR = os.path.dirname(loaderdoctor.__file__)
+SCENARIO_FILE = os.path.join(PACKAGE_DIR, "scenarios", "demo.py")
 TORCH_FILE = torch.utils.data.dataloader.__file__
 
 
@@ -27,6 +30,15 @@ def test_code_owners():
     assert code_owner(OWN_FILE) == "internal"
     assert code_owner(TORCH_FILE) == "internal"
     assert code_owner("<frozen importlib._bootstrap>") == "internal"
+
+
+def test_every_module_of_every_folder_of_the_package_is_its_own_code_but_the_scenarios():
+    """Anchored on the package's root, not on the folder of the module that asks."""
+    modules = sorted(Path(PACKAGE_DIR).rglob("*.py"))
+    assert len({path.parent for path in modules}) > 10
+    for path in modules:
+        expected = "user" if "scenarios" in path.relative_to(PACKAGE_DIR).parts else "internal"
+        assert code_owner(str(path)) == expected, path
 
 
 def _user_calls_the_standard_library() -> None:

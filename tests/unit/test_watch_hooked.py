@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.recording import wait_fraction
+from loaderdoctor.recording.record import wait_fraction
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
 
 

@@ -6,14 +6,14 @@ import itertools
 
 import pytest
 
-from loaderdoctor.rates import delivered_batches, training_rate
-from loaderdoctor.recording import wait_fraction
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.words import duration, money
+from loaderdoctor.recording.rates import delivered_batches, training_rate
+from loaderdoctor.recording.record import wait_fraction
 from loaderdoctor.rules import diagnose
-from loaderdoctor.settings import Settings
-from loaderdoctor.tap import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated
+from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated
 from loaderdoctor.watch.progress import Progress, epoch_line, eta_s, progress_line
 from loaderdoctor.watch.recorder import LoaderFacts, RunRecorder
-from loaderdoctor.words import duration, money
 
 
 class Clock:

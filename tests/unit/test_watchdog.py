@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 from torch.utils.data import DataLoader
 
-import loaderdoctor.tap
-from loaderdoctor.tap import RecentWaits, Tap
-from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
+import loaderdoctor.tap.iterator
+from loaderdoctor.tap.iterator import RecentWaits, Tap
+from loaderdoctor.tap.watchdog import StallNotice, StallPolicy, Watchdog
 
 POLICY = StallPolicy(floor_s=10.0, multiple=20.0, first_batch_s=60.0, first_batch_idle_s=10.0, idle_window_s=4.0)
 
@@ -192,13 +192,13 @@ def test_a_tick_while_the_tap_builds_its_iterator_is_harmless(monkeypatch):
     tap = Tap(DataLoader(list(range(4)), batch_size=2), [], start_method=None, clock=lambda: 100.0)
     dog = Watchdog(tap, POLICY, _never)
     ticks = []
-    real_facts = loaderdoctor.tap.iterator_facts
+    real_facts = loaderdoctor.tap.iterator.iterator_facts
 
     def facts_during_a_tick(epoch, start_method):
         ticks.append(dog.check(1e9))  # what the watchdog's thread may do at this very moment
         return real_facts(epoch, start_method)
 
-    monkeypatch.setattr("loaderdoctor.tap.iterator_facts", facts_during_a_tick)
+    monkeypatch.setattr("loaderdoctor.tap.iterator.iterator_facts", facts_during_a_tick)
     iterator = tap.epoch(0)
     assert ticks == [None]
     assert [batch.tolist() for batch in iterator] == [[0, 1], [2, 3]]

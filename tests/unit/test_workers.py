@@ -10,10 +10,10 @@ import typing
 import torch
 import torch.utils.data.dataloader
 
-import loaderdoctor.settings
-from loaderdoctor.recording import StackFrame, WorkerSample
-from loaderdoctor.usercode import is_user_frame
-from loaderdoctor.workers import (
+import loaderdoctor.loader.settings
+from loaderdoctor.plain.usercode import is_user_frame
+from loaderdoctor.recording.record import StackFrame, WorkerSample
+from loaderdoctor.workers.sampler import (
     WorkerSampler,
     parse_faulthandler,
     stuck_frame,
@@ -23,8 +23,8 @@ from loaderdoctor.workers import (
 
 STDLIB_THREADING = threading.__file__
 TORCH_FILE = torch.utils.data.dataloader.__file__
-OWN_FILE = loaderdoctor.settings.__file__
-SCENARIO_FILE = os.path.join(os.path.dirname(loaderdoctor.settings.__file__), "scenarios", "demo.py")
+OWN_FILE = loaderdoctor.loader.settings.__file__
+SCENARIO_FILE = os.path.join(os.path.dirname(loaderdoctor.__file__), "scenarios", "demo.py")
 
 # What a stuck DataLoader worker writes on SIGUSR1: its pin/status threads first, the worker loop last.
 WORKER_DUMP = f"""\

@@ -13,10 +13,10 @@ from rich.console import Console
 from loaderdoctor.errors import StoppedByUser, Terminated
 from loaderdoctor.history.records import now_iso
 from loaderdoctor.history.reports import AnyReport, keep_report
+from loaderdoctor.host.snapshot import take_snapshot
+from loaderdoctor.host.tempfolders import remove_made
 from loaderdoctor.render.progress import LiveProgress
-from loaderdoctor.signals import SignalRaises
-from loaderdoctor.snapshot import take_snapshot
-from loaderdoctor.tempfolders import remove_made
+from loaderdoctor.tap.signals import SignalRaises
 
 INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
 TERMINATED = 128 + signal.SIGTERM  # and by SIGTERM: 143

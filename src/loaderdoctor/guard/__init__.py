@@ -14,7 +14,7 @@ from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.guard.patch import is_patched, patch, patched, unpatch
 from loaderdoctor.guard.plan import check_resumable
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.tap.watchdog import StallPolicy
 
 log = logging.getLogger("loaderdoctor")
 

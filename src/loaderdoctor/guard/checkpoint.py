@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import torch
 
     from loaderdoctor.guard.resume import Resume
-    from loaderdoctor.settings import Settings
+    from loaderdoctor.loader.settings import Settings
 
 
 class Checkpoints:

@@ -16,7 +16,7 @@ import signal
 import threading
 from typing import Any, Protocol
 
-from loaderdoctor.signals import TemporaryHandler
+from loaderdoctor.tap.signals import TemporaryHandler
 
 
 class Watched(Protocol):

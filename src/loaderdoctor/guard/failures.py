@@ -23,18 +23,18 @@ from loaderdoctor.guard.recovery import (
     death_cause,
 )
 from loaderdoctor.guard.texts import death_event, gave_up_error, restart_event, stall_event
-from loaderdoctor.recording import WorkerStack
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.stalls import Ended, respond_to_stall
-from loaderdoctor.tap import DEATH_GRACE_S
-from loaderdoctor.watchdog import StallNotice, StallPolicy, Watchdog
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.recording.record import WorkerStack
+from loaderdoctor.tap.iterator import DEATH_GRACE_S
+from loaderdoctor.tap.stalls import Ended, respond_to_stall
+from loaderdoctor.tap.watchdog import StallNotice, StallPolicy, Watchdog
 
 if TYPE_CHECKING:
     import threading
 
     from loaderdoctor.guard.resume import Resume
     from loaderdoctor.guard.safe import StartSafety
-    from loaderdoctor.interrupt import MainThreadInterrupter
+    from loaderdoctor.tap.interrupt import MainThreadInterrupter
 
 log = logging.getLogger("loaderdoctor")
 

@@ -6,16 +6,16 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loaderdoctor.deaths import CRASH_SIGNALS
 from loaderdoctor.guard import children
 from loaderdoctor.guard.plan import PlannedBatchSampler
 from loaderdoctor.guard.samples import SkipReports
 from loaderdoctor.guard.streams import GuardedStream
-from loaderdoctor.inhand import InHand
-from loaderdoctor.settings import Settings
-from loaderdoctor.tap import Tap, TapIterator, exited_workers, shutdown, worker_pids
-from loaderdoctor.tempfolders import make_private_folder, remove_folder
-from loaderdoctor.watchdog import Watchdog
+from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.tap.iterator import Tap, TapIterator, exited_workers, shutdown, worker_pids
+from loaderdoctor.tap.watchdog import Watchdog
+from loaderdoctor.workers.deaths import CRASH_SIGNALS
+from loaderdoctor.workers.inhand import InHand
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
 
 REASONS = ("stall", "worker-died")
 # Each start method hands workers less of the parent's state than the one before: forkserver forks from a

@@ -27,11 +27,11 @@ from loaderdoctor.guard.resume import Building, PlanResume, Resume, StreamResume
 from loaderdoctor.guard.safe import SettingChange, StartSafety, persistent_workers_change
 from loaderdoctor.guard.skipping import SkippedSamples
 from loaderdoctor.guard.state import STATE_VERSION
-from loaderdoctor.interrupt import Interrupted, MainThreadInterrupter
-from loaderdoctor.recording import WorkerStack
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.tap import Listener, RecentWaits, starts_workers
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.recording.record import WorkerStack
+from loaderdoctor.tap.interrupt import Interrupted, MainThreadInterrupter
+from loaderdoctor.tap.iterator import Listener, RecentWaits, starts_workers
+from loaderdoctor.tap.watchdog import StallPolicy
 
 # Imported from here by callers and tests: kept where they always were.
 __all__ = ["STATE_VERSION", "GuardedLoader", "stall_policy"]

@@ -6,7 +6,7 @@ import dataclasses
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.samples import ON_SAMPLE_ERROR
-from loaderdoctor.watchdog import StallPolicy
+from loaderdoctor.tap.watchdog import StallPolicy
 
 
 def stall_policy(stall_timeout: float | StallPolicy | None, *, users_timeout_s: float = 0.0) -> StallPolicy:

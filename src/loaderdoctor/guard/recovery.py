@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from loaderdoctor.guard.children import GuardInterrupt
 from loaderdoctor.guard.ladder import escalation, next_rung
-from loaderdoctor.settings import Settings
-from loaderdoctor.tap import raised_in_worker
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.tap.iterator import raised_in_worker
 
 STALL, DIED = "stall", "worker-died"
 USERS_TIMEOUT = "users-timeout"  # torch's error for the user's own DataLoader(timeout=...): theirs, batch not spent

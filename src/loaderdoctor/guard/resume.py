@@ -22,11 +22,11 @@ from loaderdoctor.guard.samples import GuardedSamples, SkipReports, Tagger
 from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, checked_stream_state, dataset_length
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
 from loaderdoctor.guard.workerview import UsersDatasetHook
-from loaderdoctor.inhand import InHand
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.tap import Listener, RecentWaits, Tap, starts_workers
-from loaderdoctor.words import plural
-from loaderdoctor.workers import StackDumpHook
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.plain.words import plural
+from loaderdoctor.tap.iterator import Listener, RecentWaits, Tap, starts_workers
+from loaderdoctor.workers.inhand import InHand
+from loaderdoctor.workers.sampler import StackDumpHook
 
 log = logging.getLogger("loaderdoctor")
 

@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.forksafety import ForkHazards, forkserver_blocker
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.host.forksafety import ForkHazards, forkserver_blocker
+from loaderdoctor.loader.settings import LoaderSpec, Settings
 
 log = logging.getLogger("loaderdoctor")
 

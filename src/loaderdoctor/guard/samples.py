@@ -8,7 +8,7 @@ loaded and chained (`raise ... from`) to the original, so the original traceback
 when loading runs in the main process, and inside torch's "Caught ValueError in DataLoader worker process 0.
 Original Traceback..." text from a worker (torch re-creates a worker's error from its class and that text).
 A class that cannot be made from a message alone (its constructor needs other arguments) gives a
-SampleFailure (loaderdoctor.indexed) instead, with the same message and chain. A plain subclass of both
+SampleFailure (loaderdoctor.loader.indexed) instead, with the same message and chain. A plain subclass of both
 SampleFailure and the user's class was not chosen: torch carries a worker's error to the main process by its
 class, which must be importable there, and such a class made on the fly is not.
 
@@ -34,8 +34,8 @@ import tempfile
 import traceback
 from typing import Any
 
-from loaderdoctor.indexed import IndexedDataset, SampleFailure, parse_sample_failures
-from loaderdoctor.inhand import InHand
+from loaderdoctor.loader.indexed import IndexedDataset, SampleFailure, parse_sample_failures
+from loaderdoctor.workers.inhand import InHand
 
 ON_SAMPLE_ERROR = ("raise", "skip")
 MAX_REPLACEMENT_TRIES = 64

@@ -11,7 +11,7 @@ from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.inner import Inner
 from loaderdoctor.guard.samples import too_many_bad
 from loaderdoctor.guard.texts import skipped_event, too_many_bad_error
-from loaderdoctor.settings import LoaderSpec
+from loaderdoctor.loader.settings import LoaderSpec
 
 
 class SkippedSamples:

@@ -27,7 +27,7 @@ import torch
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.plan import plan_generators
 from loaderdoctor.guard.streams import stream_count
-from loaderdoctor.words import plural
+from loaderdoctor.plain.words import plural
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader

@@ -8,10 +8,10 @@ from typing import Any
 from loaderdoctor.errors import LoaderDoctorError, LoaderGaveUp
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.samples import BAD_SHARE_CONFIDENCE, bad_share_floor
-from loaderdoctor.recording import WorkerStack
-from loaderdoctor.settings import Settings
-from loaderdoctor.watchdog import StallNotice
-from loaderdoctor.words import plural
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.record import WorkerStack
+from loaderdoctor.tap.watchdog import StallNotice
 
 INDICES_SHOWN = 20  # bad sample indices named in the error that ends a run with too many
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from loaderdoctor.history.keep import keep_run
 from loaderdoctor.history.records import RunRecord, now_iso, run_record
+from loaderdoctor.host.snapshot import HostSnapshot
 from loaderdoctor.report import Report
 from loaderdoctor.rules import order
 from loaderdoctor.scale.report import ScaleReport
-from loaderdoctor.snapshot import HostSnapshot
 from loaderdoctor.tune.result import TuneReport
 
 AnyReport = Report | TuneReport | ScaleReport

@@ -11,13 +11,13 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from loaderdoctor.host import program_name
-from loaderdoctor.limit import limit_words
-from loaderdoctor.recording import NOTABLE_DESCHEDULED_WAIT_S, OtherProcess
+from loaderdoctor.host.facts import program_name
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.limit import limit_words
+from loaderdoctor.recording.record import NOTABLE_DESCHEDULED_WAIT_S, OtherProcess
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
-from loaderdoctor.settings import Settings
-from loaderdoctor.words import plural
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"critical": "✖", "warning": "▲", "info": "●"}

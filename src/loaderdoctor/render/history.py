@@ -13,10 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from loaderdoctor.history.records import parse_iso
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.words import plural
 from loaderdoctor.render.console import finding_view, wait_per_batch
 from loaderdoctor.report import Finding
-from loaderdoctor.settings import Settings
-from loaderdoctor.words import plural
 
 WHERE_RUNS_COME_FROM = "every run of loaderdoctor watch, check, tune and scale is kept there"
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

@@ -7,7 +7,7 @@ import time
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from loaderdoctor.probesession import ProbeProgress
+from loaderdoctor.probe.session import ProbeProgress
 
 _REFRESH_S = 0.1
 

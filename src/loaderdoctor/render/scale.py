@@ -10,7 +10,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from loaderdoctor.limit import reaches_limit
+from loaderdoctor.recording.limit import reaches_limit
 from loaderdoctor.render.console import finding_view, host_findings, host_view, loader_findings, shown_findings
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import Verification

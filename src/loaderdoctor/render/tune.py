@@ -7,11 +7,11 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from loaderdoctor.limit import reaches_limit
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.limit import reaches_limit
 from loaderdoctor.render.console import code_block
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.trial import Trial
-from loaderdoctor.words import plural
 
 _NOT_COMPARED = ("other-data", "stalled", "crashed")
 _VERDICT_STYLE = {"stalled": "bold red", "crashed": "bold red", "other-data": "bold red", "over-memory": "yellow"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loaderdoctor.recording import Recording
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import SEVERITIES, Finding
 from loaderdoctor.rules.crash import worker_crash
 from loaderdoctor.rules.data import duplicate_samples, sample_errors

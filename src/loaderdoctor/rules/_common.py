@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from loaderdoctor.recording import (
+from loaderdoctor.recording.record import (
     Recording,
     WorkerSample,
     steady_batches,  # one definition of steady state

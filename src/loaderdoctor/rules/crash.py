@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import signal
 
-from loaderdoctor.deaths import CRASH_SIGNALS, signal_name
-from loaderdoctor.recording import Recording, WorkerDeath
+from loaderdoctor.recording.record import Recording, WorkerDeath
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import mb, samples_by_worker
+from loaderdoctor.workers.deaths import CRASH_SIGNALS, signal_name
 
 SKIP_SNIPPET = """\
 import loaderdoctor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from loaderdoctor.recording import Recording
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
 

@@ -4,11 +4,11 @@ the epochs its sampler held (a shuffle that never changes because set_epoch() is
 
 from __future__ import annotations
 
-from loaderdoctor.recording import Recording
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
 from loaderdoctor.scale.results import LoaderFacts
-from loaderdoctor.words import plural
 
 # Ranks that share more than this of their samples load the same data: a split leaves only its padding.
 DUPLICATE_SHARE = 0.5

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from loaderdoctor.host import program_name
-from loaderdoctor.recording import Recording, mean_batch_bytes, wait_fraction
+from loaderdoctor.host.facts import program_name
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.record import Recording, mean_batch_bytes, wait_fraction
+from loaderdoctor.recording.usage import loading_cpu
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     CRITICAL_TIME_SHARE,
@@ -18,8 +20,6 @@ from loaderdoctor.rules._common import (
     settings_snippet,
     threads_per_worker,
 )
-from loaderdoctor.usage import loading_cpu
-from loaderdoctor.words import plural
 
 # Thread pools this many times the cores compete whatever else is measured.
 MAX_THREADS_PER_CORE = 4

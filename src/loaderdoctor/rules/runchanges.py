@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.rules._common import MIB, WARNING_TIME_SHARE, percent
 from loaderdoctor.rules.runfigures import (
     CHANGED_RUN,
@@ -25,7 +26,6 @@ from loaderdoctor.rules.runfigures import (
     usable_cores,
 )
 from loaderdoctor.rules.runprocesses import cores_taken_by_others, other_processes, stray_workers
-from loaderdoctor.settings import Settings
 
 if TYPE_CHECKING:  # at run time the history imports the rules, not the other way round
     from loaderdoctor.history.records import RunRecord

@@ -6,7 +6,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from loaderdoctor.host import program_name
+from loaderdoctor.host.facts import program_name
+from loaderdoctor.plain.words import plural
 from loaderdoctor.rules.host import CMDLINE_CHARS
 from loaderdoctor.rules.runfigures import (
     HOST_LOAD,
@@ -18,7 +19,6 @@ from loaderdoctor.rules.runfigures import (
     takes_cores,
     usable_cores,
 )
-from loaderdoctor.words import plural
 
 if TYPE_CHECKING:  # at run time the history imports the rules, not the other way round
     from loaderdoctor.history.records import RunRecord

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loaderdoctor.forksafety import recorded_hazards
-from loaderdoctor.recording import Recording
+from loaderdoctor.host.forksafety import recorded_hazards
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import settings_snippet, workers_run_pools
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from loaderdoctor.recording import Recording, steady_batches
+from loaderdoctor.recording.record import Recording, steady_batches
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import CRITICAL_TIME_SHARE, WARNING_TIME_SHARE, percent
 

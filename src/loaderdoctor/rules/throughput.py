@@ -7,14 +7,16 @@ import math
 import statistics
 from typing import Any
 
-from loaderdoctor.forksafety import recorded_hazards
-from loaderdoctor.recording import (
+from loaderdoctor.host.forksafety import recorded_hazards
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.record import (
     NOTABLE_DESCHEDULED_WAIT_S,
     Recording,
     descheduled_wait_s,
     startup_s,
     wait_fraction,
 )
+from loaderdoctor.recording.usage import BUSY_OTHER_CORES, LoadingCpu, loading_cpu
 from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     COMPUTING_SHARE,
@@ -30,8 +32,6 @@ from loaderdoctor.rules._common import (
     steady_interval_s,
     time_cost_severity,
 )
-from loaderdoctor.usage import BUSY_OTHER_CORES, LoadingCpu, loading_cpu
-from loaderdoctor.words import plural
 
 # Workers that wait on I/O: more of them than cores helps, up to a point where memory and open files cost
 # more than the extra reads in flight gain.

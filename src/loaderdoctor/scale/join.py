@@ -7,9 +7,8 @@ from __future__ import annotations
 import copy
 import statistics
 
-from loaderdoctor.activity import WorkerActivity, join_activities
-from loaderdoctor.rates import training_rate
-from loaderdoctor.recording import Recording, wait_fraction
+from loaderdoctor.recording.rates import training_rate
+from loaderdoctor.recording.record import Recording, wait_fraction
 from loaderdoctor.report import Finding, measurements
 from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.distributed import distributed_sampler
@@ -17,6 +16,7 @@ from loaderdoctor.rules.locks import contended_lock, lock_finding
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.report import RankFigures, ScaleRun
 from loaderdoctor.scale.results import LaunchResult, RankLoader
+from loaderdoctor.workers.activity import WorkerActivity, join_activities
 
 
 def rank_loaders(launch: LaunchResult, name: str) -> dict[int, RankLoader]:

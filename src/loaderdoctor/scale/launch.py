@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.plain.words import plural
 from loaderdoctor.scale.job import RankJob, Topology, endpoint_parts
 from loaderdoctor.scale.results import LaunchResult, written_results
-from loaderdoctor.tempfolders import make_private_folder, remove_folder
-from loaderdoctor.words import plural
 
 # On top of the measuring: the ranks' start (interpreters, imports, rendezvous) and a stall's detection.
 STARTUP_ALLOWANCE_S = 120.0
@@ -171,7 +171,7 @@ def rank_bound() -> tuple[int, str]:
         if not text.isdigit() or int(text) < 1:
             raise UsageError(f"{MAX_RANKS_ENV} must be a whole number of ranks, 1 or more, not {text!r}")
         return int(text), f"{MAX_RANKS_ENV} is {int(text)}"
-    from loaderdoctor.host import usable_cores
+    from loaderdoctor.host.facts import usable_cores
 
     cores = usable_cores()[0]
     bound = max(MIN_RANK_BOUND, int(RANKS_PER_CORE * cores))

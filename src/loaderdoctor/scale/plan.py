@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.plaindata import dataclass_from_dict
+from loaderdoctor.plain.data import dataclass_from_dict
 
 # The world sizes a plan always says how to keep its effective batch at, besides its own and twice its own.
 _COMMON_WORLD_SIZES = (1, 2, 4, 8)

@@ -17,17 +17,17 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
-from loaderdoctor import target as targets
-from loaderdoctor.budget import deadline_allowance, target_limit_s
 from loaderdoctor.errors import LoaderDoctorError, StopMeasuring, UsageError
-from loaderdoctor.fingerprints import sample_fingerprints
-from loaderdoctor.probesession import ProbeSession
+from loaderdoctor.loader.settings import LoaderSpec
+from loaderdoctor.loader.workload import Step
+from loaderdoctor.plain.usercode import describe_exception
+from loaderdoctor.probe.budget import deadline_allowance, target_limit_s
+from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.scale.job import RankJob
 from loaderdoctor.scale.results import LoaderFacts, RankLoader, RankResult
-from loaderdoctor.settings import LoaderSpec
-from loaderdoctor.usercode import describe_exception
-from loaderdoctor.watchdog import StallPolicy
-from loaderdoctor.workload import Step
+from loaderdoctor.tap.fingerprints import sample_fingerprints
+from loaderdoctor.tap.watchdog import StallPolicy
+from loaderdoctor.target import resolve as targets
 
 # Indices of one epoch kept per rank to compare the ranks' samples, and fingerprints of delivered samples.
 MAX_INDICES = 200_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoctor.plaindata import dataclass_from_written
+from loaderdoctor.plain.data import dataclass_from_written
 from loaderdoctor.report import Finding, Verification
 from loaderdoctor.scale.plan import DdpPlan
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loaderdoctor.recording import Recording
+from loaderdoctor.recording.record import Recording
 
 
 @dataclass

@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from loaderdoctor.budget import check_budget, target_limit_s
 from loaderdoctor.errors import LoaderDoctorError, UsageError
+from loaderdoctor.probe.budget import check_budget, target_limit_s
+from loaderdoctor.probe.verify import MIN_SPEEDUP
 from loaderdoctor.report import Verification
 from loaderdoctor.rules.locks import lock_free_provable
 from loaderdoctor.scale import join
@@ -16,8 +17,7 @@ from loaderdoctor.scale.launch import launch
 from loaderdoctor.scale.plan import DdpPlan, ddp_plan
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport
 from loaderdoctor.scale.results import LaunchResult
-from loaderdoctor.target import check_target
-from loaderdoctor.verify import MIN_SPEEDUP
+from loaderdoctor.target.resolve import check_target
 
 log = logging.getLogger("loaderdoctor")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.workload import Workload
+from loaderdoctor.loader.workload import Workload
 
 # name -> the rule id its planted cause should produce as the main diagnosis (None: no warning at all), found
 # by `check` unless the scenario's module says FOUND_BY = "scale" (a cause only ranks together show)

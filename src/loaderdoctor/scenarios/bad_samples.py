@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset
-from loaderdoctor.workload import Workload
 
 SUMMARY = "about 2.5% of the images are corrupt and raise ValueError in the workers"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset
-from loaderdoctor.workload import Workload
 
 SUMMARY = "image augmentation in the main process (num_workers=0): the step waits for every batch"
 

@@ -18,8 +18,8 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset
-from loaderdoctor.workload import Workload
 
 SUMMARY = "a metrics-flusher thread holds the stats lock while fork copies it: forked workers hang"
 

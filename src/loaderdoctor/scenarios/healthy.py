@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset, rank_sampler
-from loaderdoctor.workload import Workload
 
 SUMMARY = "a light pipeline in 2 persistent workers, step longer than loading: no warning expected"
 

@@ -21,8 +21,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import rank_sampler
-from loaderdoctor.workload import Workload
 
 SUMMARY = "4 workers take an exclusive flock on one read-only file around each slow read: they read one at a time"
 

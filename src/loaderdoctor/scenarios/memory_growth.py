@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset, sample_rng, to_chw_tensor
-from loaderdoctor.workload import Workload
 
 SUMMARY = "a per-worker cache keyed by (index, epoch) keeps ~1 MB per sample: worker memory grows every batch"
 

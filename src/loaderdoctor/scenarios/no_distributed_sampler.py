@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset
-from loaderdoctor.workload import Workload
 
 SUMMARY = "a DDP loader without DistributedSampler: every rank loads the whole dataset (found by `scale`)"
 FOUND_BY = "scale"

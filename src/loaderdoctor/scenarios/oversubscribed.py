@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import sample_rng
-from loaderdoctor.workload import Workload
 
 SUMMARY = "worker_init_fn sets 16 torch threads in each of 2 workers: 32 threads fight for the cores"
 

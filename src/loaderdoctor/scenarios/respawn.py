@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset
-from loaderdoctor.workload import Workload
 
 SUMMARY = "spawn workers without persistent_workers: each short epoch starts them again (1-2 s)"
 

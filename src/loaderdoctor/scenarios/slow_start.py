@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import IMAGENET_MEAN, IMAGENET_STD, seeded_images, to_chw_tensor
-from loaderdoctor.workload import Workload
 
 SUMMARY = "a Subset of a dataset holding 200k annotation dicts, pickled to each of 2 spawned workers"
 

@@ -13,8 +13,8 @@ import time
 import numpy as np
 from torch.utils.data import DataLoader
 
+from loaderdoctor.loader.workload import Workload
 from loaderdoctor.scenarios._pipelines import ImageDataset
-from loaderdoctor.workload import Workload
 
 SUMMARY = "each sample waits ~8 ms on storage: 2 workers starve the step, more workers than cores help"
 

@@ -3,7 +3,7 @@ predicted over the budget from the workers measured so far."""
 
 from __future__ import annotations
 
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Trial
 

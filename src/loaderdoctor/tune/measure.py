@@ -6,15 +6,15 @@ import statistics
 from collections.abc import Callable
 
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.limit import host_limit
-from loaderdoctor.probe import ProbeProgress, probe
-from loaderdoctor.rates import epoch_batches, epoch_overhead_s, first_startup_s, training_rate
-from loaderdoctor.recording import Recording, mean_batch_bytes, steady_batches
-from loaderdoctor.settings import LoaderSpec, Settings
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.workload import Step
+from loaderdoctor.probe.measure import ProbeProgress, probe
+from loaderdoctor.recording.limit import host_limit
+from loaderdoctor.recording.rates import epoch_batches, epoch_overhead_s, first_startup_s, training_rate
+from loaderdoctor.recording.record import Recording, mean_batch_bytes, steady_batches
+from loaderdoctor.recording.usage import loading_cpu
+from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.tune.trial import Measurement
-from loaderdoctor.usage import loading_cpu
-from loaderdoctor.watchdog import StallPolicy
-from loaderdoctor.workload import Step
 
 # With a training step, loading keeps up when the step waits for batches at most this share of its own time
 # (median within an epoch, and at an epoch's start as a share of the epoch's steps).

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.plaindata import dataclass_from_written, field_of
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.data import dataclass_from_written, field_of
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Trial
 

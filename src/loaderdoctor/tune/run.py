@@ -10,24 +10,24 @@ from typing import Any
 
 import psutil
 
-from loaderdoctor import target as targets
-from loaderdoctor.budget import check_budget, target_limit_s
 from loaderdoctor.errors import StoppedByUser, UsageError
-from loaderdoctor.forksafety import safe_start_method
-from loaderdoctor.host import host_facts
-from loaderdoctor.probesession import ProbeProgress
-from loaderdoctor.recording import Recording, mean_batch_bytes
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.threads import threads_available
+from loaderdoctor.host.facts import host_facts
+from loaderdoctor.host.forksafety import safe_start_method
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.threads import threads_available
+from loaderdoctor.loader.workload import Step
+from loaderdoctor.plain.words import plural
+from loaderdoctor.probe.budget import check_budget, target_limit_s
+from loaderdoctor.probe.session import ProbeProgress
+from loaderdoctor.probe.userstate import user_state_kept
+from loaderdoctor.recording.record import Recording, mean_batch_bytes
+from loaderdoctor.tap.watchdog import StallPolicy
+from loaderdoctor.target import resolve as targets
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.strategy import Search
 from loaderdoctor.tune.trial import Measurement
-from loaderdoctor.userstate import user_state_kept
-from loaderdoctor.watchdog import StallPolicy
-from loaderdoctor.words import plural
-from loaderdoctor.workload import Step
 
 # progress(loader name, the settings measured in words, the probe's figures so far)
 TuneProgress = Callable[[str, str, ProbeProgress], None]

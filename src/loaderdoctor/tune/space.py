@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
 
 PREFETCH_FACTORS = (2, 4, 8)
 # The worker counts between the powers of two that the grid holds (the tuner reaches them by bisecting).

@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loaderdoctor.limit import reaches_limit
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.limit import reaches_limit
 from loaderdoctor.tune.budgets import mb, refused
 from loaderdoctor.tune.space import PREFETCH_FACTORS, Limits, candidate, worker_counts
 from loaderdoctor.tune.trial import Measurement, Trial
-from loaderdoctor.words import plural
 
 log = logging.getLogger("loaderdoctor")
 

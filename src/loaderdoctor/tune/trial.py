@@ -6,8 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoctor.plaindata import dataclass_from_written, field_of
-from loaderdoctor.settings import Settings
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.data import dataclass_from_written, field_of
 
 # measured: it ran and delivered batches. stalled / crashed: its run did (never chosen). over-memory: measured
 # above the memory budget, or predicted to be from the memory of a measured trial (then never run).

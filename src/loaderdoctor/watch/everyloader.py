@@ -26,9 +26,9 @@ from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import GuardedLoader, guard
+from loaderdoctor.plain.usercode import code_owner, is_own_file
 from loaderdoctor.report import LoaderReport
-from loaderdoctor.tap import shutdown
-from loaderdoctor.usercode import code_owner, is_own_file
+from loaderdoctor.tap.iterator import shutdown
 from loaderdoctor.watch.watched import WatchedLoader
 
 log = logging.getLogger("loaderdoctor")

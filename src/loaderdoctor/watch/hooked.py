@@ -16,14 +16,21 @@ from typing import Any
 import psutil
 from torch.utils.data import DataLoader
 
-from loaderdoctor.forksafety import iterator_facts
 from loaderdoctor.history.records import now_iso
-from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.host.forksafety import iterator_facts
+from loaderdoctor.host.snapshot import take_snapshot
+from loaderdoctor.loader.settings import LoaderSpec
+from loaderdoctor.recording.record import IteratorFacts
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose
-from loaderdoctor.settings import LoaderSpec
-from loaderdoctor.snapshot import take_snapshot
-from loaderdoctor.tap import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated, batch_nbytes, batch_samples
+from loaderdoctor.tap.iterator import (
+    BatchDelivered,
+    BatchFailed,
+    EpochEnded,
+    IteratorCreated,
+    batch_nbytes,
+    batch_samples,
+)
 from loaderdoctor.watch.progress import Progress
 from loaderdoctor.watch.recorder import RunRecorder, loader_facts, sampler_epoch
 from loaderdoctor.watch.watched import finish_run

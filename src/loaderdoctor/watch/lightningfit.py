@@ -9,8 +9,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from loaderdoctor.forksafety import iterator_facts
-from loaderdoctor.recording import IteratorFacts
+from loaderdoctor.host.forksafety import iterator_facts
+from loaderdoctor.recording.record import IteratorFacts
 from loaderdoctor.watch.census import WorkerCensus
 from loaderdoctor.watch.hooked import HookedLoader, Moment
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loaderdoctor.words import duration, money
+from loaderdoctor.plain.words import duration, money
 
 
 @dataclass(frozen=True)

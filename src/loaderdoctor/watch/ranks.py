@@ -21,14 +21,14 @@ from typing import Any
 
 import psutil
 
-from loaderdoctor.recording import Recording
+from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules import order
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port, signal_session
 from loaderdoctor.scale.plan import DdpPlan, ddp_plan
-from loaderdoctor.signals import in_main_thread
-from loaderdoctor.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.tap.signals import in_main_thread
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
 

@@ -16,13 +16,13 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from loaderdoctor import fingerprints
-from loaderdoctor.host import OtherLoad, host_facts
-from loaderdoctor.indexed import parse_sample_failures
-from loaderdoctor.recording import BatchRecord, EpochRecord, Recording, SampleError, WorkerDeath
-from loaderdoctor.settings import Settings
-from loaderdoctor.tap import BatchDelivered, BatchFailed, EpochEnded, Event, IteratorCreated
-from loaderdoctor.workers import WorkerSampler
+from loaderdoctor.host.facts import OtherLoad, host_facts
+from loaderdoctor.loader.indexed import parse_sample_failures
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.record import BatchRecord, EpochRecord, Recording, SampleError, WorkerDeath
+from loaderdoctor.tap import fingerprints
+from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, EpochEnded, Event, IteratorCreated
+from loaderdoctor.workers.sampler import WorkerSampler
 
 # BatchRecords kept at most: past this, every other kept one goes (start-up batches always stay).
 MAX_BATCH_RECORDS = 50_000

@@ -15,8 +15,8 @@ from types import TracebackType
 from typing import Any
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.signals import SignalRaises, child_deaths_quiet
-from loaderdoctor.usercode import is_own_file
+from loaderdoctor.plain.usercode import is_own_file
+from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 
 # The exit status of a script ended by Ctrl-C, as a shell reports a process that SIGINT ended.

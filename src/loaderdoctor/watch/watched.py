@@ -15,24 +15,24 @@ from typing import Any
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from loaderdoctor.deaths import oom_kills, worker_death
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.guard.children import GuardInterrupt
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.history.records import now_iso
-from loaderdoctor.host import OWN_THREAD_PREFIX
-from loaderdoctor.limit import limit_words
-from loaderdoctor.rates import delivered_batches, training_rate
-from loaderdoctor.recording import Recording
+from loaderdoctor.host.facts import OWN_THREAD_PREFIX
+from loaderdoctor.host.snapshot import HostSnapshot, take_snapshot
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.limit import limit_words
+from loaderdoctor.recording.rates import delivered_batches, training_rate
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose
-from loaderdoctor.settings import LoaderSpec, Settings
-from loaderdoctor.snapshot import HostSnapshot, take_snapshot
-from loaderdoctor.tap import EpochEnded, Event, Tap, is_worker_death
+from loaderdoctor.tap.iterator import EpochEnded, Event, Tap, is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
 from loaderdoctor.watch.recorder import RunRecorder, loader_facts, sampler_epoch
-from loaderdoctor.words import plural
+from loaderdoctor.workers.deaths import oom_kills, worker_death
 
 log = logging.getLogger("loaderdoctor")
 

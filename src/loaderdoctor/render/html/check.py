@@ -3,7 +3,8 @@ verified before/after), then the figures, the timelines before and after, the ra
 
 from __future__ import annotations
 
-from loaderdoctor.recording import Recording
+from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.record import Recording
 from loaderdoctor.render.console import (
     host_findings,
     loader_findings,
@@ -18,7 +19,6 @@ from loaderdoctor.render.html.page import code, document, facts_table, section, 
 from loaderdoctor.render.html.plan import plan_block
 from loaderdoctor.render.html.timeline import epoch_rates, timeline, timeline_peak_ms, worker_memory
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification
-from loaderdoctor.words import plural
 
 
 def page(report: Report) -> str:

@@ -8,7 +8,7 @@ import datetime
 from collections.abc import Iterable, Sequence
 from html import escape
 
-from loaderdoctor import __version__
+from loaderdoctor._version import __version__
 
 # Nothing may load or run: no script, no request; styles and images only from the page itself.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"

@@ -3,6 +3,7 @@ scaling efficiency against ranks, each rank's wait on data, the runs' table, the
 
 from __future__ import annotations
 
+from loaderdoctor.plain.words import plural
 from loaderdoctor.render.console import host_findings, loader_findings
 from loaderdoctor.render.html.check import finding_box, host_section
 from loaderdoctor.render.html.page import data_table, document, section, verdict_box
@@ -10,7 +11,6 @@ from loaderdoctor.render.html.plan import plan_block
 from loaderdoctor.render.html.svg import Bar, Series, bar_chart, legend, line_chart
 from loaderdoctor.render.scale import rank_words
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport, ScaleRun
-from loaderdoctor.words import plural
 
 
 def page(report: ScaleReport) -> str:

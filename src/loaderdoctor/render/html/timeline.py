@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loaderdoctor import rates
-from loaderdoctor.recording import BatchRecord, Recording
+from loaderdoctor.recording import rates
+from loaderdoctor.recording.record import BatchRecord, Recording
 from loaderdoctor.render.html.svg import Bar, Marker, Series, bar_chart, legend, line_chart
 
 # A timeline of more batches than this shows groups of consecutive batches (their means) as one bar each.

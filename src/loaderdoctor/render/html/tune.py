@@ -3,12 +3,12 @@ trial: rate against workers and backend, memory, the chosen one marked, and the 
 
 from __future__ import annotations
 
+from loaderdoctor.plain.words import plural
 from loaderdoctor.render.html.page import code, data_table, document, facts_table, section, verdict_box
 from loaderdoctor.render.html.svg import Highlight, Series, line_chart
 from loaderdoctor.render.tune import limit_words, trial_cells
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.trial import Trial
-from loaderdoctor.words import plural
 
 
 def page(report: TuneReport) -> str:

@@ -1,0 +1,339 @@
+"""Fork hazards from what runs when workers would fork (threads, CUDA, compiling), computed once for the rules,
+the tuner and the guard; and what keeps a safer start method from working for a loader."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from loaderdoctor.errors import UsageError
+from loaderdoctor.host.facts import OWN_THREAD_PREFIX, thread_frames
+from loaderdoctor.loader.pickling import pickled_bytes, worker_payload
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.recording.record import AliveThread, IteratorFacts, Recording
+
+# multiprocessing's queue feeders serve earlier iterators' queues; workers never touch their locks.
+_HARMLESS_THREADS = ("QueueFeederThread",)
+_THREADING_FILE = os.path.realpath(threading.__file__)
+_COMPILE_WORKER_MARK = "compile_worker"  # torch/_inductor/compile_worker/__main__.py: inductor's compile pool
+
+# Library threads that hold no lock a forked worker takes while it loads samples, known by the code they run
+# (their package, and the file and function of their entry point), never by a thread's name, which anyone can give:
+# - IPython's HistorySavingThread, alive in every IPython or Jupyter session, waits on an Event, then writes the
+#   inputs of a cell through a sqlite3 connection it opened itself, under the HistoryManager's cache locks: only
+#   the shell's history code takes those (a worker never runs it), and no worker uses that connection. Forked in
+#   the midst of a write, a worker could only find sqlite's own process-wide mutexes held, which matter to a worker
+#   that opens sqlite3 itself; IPython releases since ipython/ipython#15115 (2026) stop the thread before every
+#   fork anyway. (ipykernel's own threads, ZMQ's I/O ones, are not vouched for here.)
+# - Lightning's _ChildProcessObserver ("child-process-observer", started by the DDP subprocess launcher in rank 0)
+#   sleeps 5 s and polls the ranks' Popen objects, which a worker never touches; only once a rank died does it
+#   log (logging resets its locks in a forked child) and kill the job.
+_BENIGN_THREADS = {
+    ("IPython", "IPython/core/history.py", "HistorySavingThread.run"),
+    ("lightning", "lightning/fabric/strategies/launchers/subprocess_script.py", "_ChildProcessObserver.run"),
+    ("lightning_fabric", "lightning_fabric/strategies/launchers/subprocess_script.py", "_ChildProcessObserver.run"),
+}
+
+
+def is_benign(thread: AliveThread) -> bool:
+    """Whether a thread runs library code known to hold no lock a forked worker needs (see _BENIGN_THREADS): by
+    its package and entry point, so a user's thread of the same name is still a hazard. An entry point recorded
+    before functions were named with their class ('run') matches too."""
+    where, _, function = thread.runs.rpartition(" in ")
+    path = where.rpartition(":")[0]
+    return any(
+        thread.package == package and path == file and function in (qualname, qualname.rpartition(".")[2])
+        for package, file, qualname in _BENIGN_THREADS
+    )
+
+
+def _package_of(path: str) -> str | None:
+    """The installed package a source file belongs to ("tqdm" for .../site-packages/tqdm/_monitor.py)."""
+    parts = Path(path).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            rest = parts[parts.index(marker) + 1 :]
+            if rest:
+                return rest[0].removesuffix(".py")
+    return None
+
+
+def _entry_code(thread: threading.Thread, frames: dict[int, Any]) -> Any:
+    """The code a thread runs: its class's own run() where it overrides threading's (unwrapped from decorators,
+    as IPython's history thread's is), else its outermost frame outside threading.py (its target); None when
+    unknown."""
+    code = getattr(inspect.unwrap(type(thread).run), "__code__", None)
+    if code is not None and os.path.realpath(code.co_filename) != _THREADING_FILE:
+        return code
+    frame = frames.get(thread.ident or -1)
+    entry = None
+    while frame is not None:
+        if os.path.realpath(frame.f_code.co_filename) != _THREADING_FILE:
+            entry = frame.f_code
+        frame = frame.f_back
+    return entry
+
+
+def _entry_point(thread: threading.Thread, frames: dict[int, Any]) -> tuple[str, str | None]:
+    """Where a thread runs: its entry point ("tqdm/_monitor.py:60 in TMonitor.run"), and the package of that
+    code; ("", None) when it cannot be read."""
+    entry = _entry_code(thread, frames)
+    if entry is None:
+        return "", None
+    path = entry.co_filename
+    package = _package_of(path)
+    shown = path
+    if package is not None:
+        shown = path[path.rfind(os.sep + package + os.sep) + 1 :]
+    elif path.startswith(os.getcwd() + os.sep):
+        shown = os.path.relpath(path)
+    # A class's method by its class ("TMonitor.run"); a function defined inside another by its own name ("hold").
+    name = entry.co_qualname.rpartition("<locals>.")[2]
+    return f"{shown}:{entry.co_firstlineno} in {name}", package
+
+
+def other_threads() -> list[AliveThread]:
+    """The threads alive in this process besides the main one and loaderdoctor's own, with where they run."""
+    frames = thread_frames()
+    alive = []
+    for thread in threading.enumerate():
+        if (
+            thread is threading.main_thread()
+            or thread.name.startswith(OWN_THREAD_PREFIX)
+            or thread.name in _HARMLESS_THREADS
+        ):
+            continue
+        runs, package = _entry_point(thread, frames)
+        alive.append(AliveThread(thread.name, runs, package))
+    return alive
+
+
+def native_threads() -> int:
+    """OS threads of this process that Python's threading module did not start."""
+    try:
+        return max(0, psutil.Process().num_threads() - threading.active_count())
+    except psutil.Error:
+        return 0
+
+
+def compiled_frames() -> int:
+    """Frames torch.compile has compiled in this process (0 when it never ran: importing it is not running it)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return 0
+    try:
+        return int(counters.get("frames", {}).get("ok", 0))
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
+def compile_workers() -> int:
+    """Child processes of inductor's compile-worker pool, which torch.compile starts in this process."""
+    count = 0
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return 0
+    for child in children:
+        try:
+            if any(_COMPILE_WORKER_MARK in part for part in child.cmdline()):
+                count += 1
+        except psutil.Error:
+            continue
+    return count
+
+
+def iterator_facts(epoch: int, start_method: str | None) -> IteratorFacts:
+    """What holds in the main process now, just before an iterator forks or spawns its workers."""
+    return IteratorFacts(
+        epoch=epoch,
+        start_method=start_method,
+        threads=other_threads(),
+        cuda_initialized=bool(torch.cuda.is_initialized()),
+        compiled_frames=compiled_frames(),
+        compile_workers=compile_workers(),
+        native_threads=native_threads(),
+    )
+
+
+@dataclass(frozen=True)
+class ForkHazards:
+    """What was alive in the main process when workers were created that a forked child cannot inherit safely.
+    A module being imported is none of these: `import torchvision` loads inductor's config and runs nothing."""
+
+    threads: tuple[AliveThread, ...] = ()
+    cuda_initialized: bool = False
+    compiled_frames: int = 0
+    compile_workers: int = 0
+    native_threads: int = 0
+
+    @classmethod
+    def of(cls, facts: list[IteratorFacts]) -> ForkHazards:
+        """The hazards seen at any of these iterators' creation (a thread is listed once, by name; the known
+        benign threads apart)."""
+        threads: dict[str, AliveThread] = {}
+        for it in facts:
+            for thread in it.threads:
+                if not is_benign(thread):
+                    threads.setdefault(thread.name, thread)
+        return cls(
+            threads=tuple(threads[name] for name in sorted(threads)),
+            cuda_initialized=any(it.cuda_initialized for it in facts),
+            compiled_frames=max((it.compiled_frames for it in facts), default=0),
+            compile_workers=max((it.compile_workers for it in facts), default=0),
+            native_threads=max((it.native_threads for it in facts), default=0),
+        )
+
+    @classmethod
+    def now(cls) -> ForkHazards:
+        """The hazards of this process as it is now."""
+        return cls.of([iterator_facts(0, None)])
+
+    def __bool__(self) -> bool:
+        """Whether there is a hazard worth a warning before anything failed (native thread pools are not:
+        almost every torch process has them, and they hang a worker only in combination)."""
+        return bool(self.threads) or self.cuda_initialized or self.compiled_frames > 0 or self.compile_workers > 0
+
+    def explain(self, failed: bool, pools_in_workers: bool) -> bool:
+        """Whether these hazards explain a failure. Native thread pools copied by fork do when the workers
+        start thread pools again (the OpenMP/BLAS fork hang); on their own they are in every torch process."""
+        return bool(self) or (failed and pools_in_workers and self.native_threads > 0)
+
+    @property
+    def thread_names(self) -> list[str]:
+        return [t.name for t in self.threads]
+
+    def describe(self) -> str:
+        """The hazards in words, e.g. '1 other thread ran (tqdm_monitor, a thread of tqdm: ...) and CUDA was
+        initialised'."""
+        parts = []
+        if self.threads:
+            shown = "; ".join(t.describe() for t in self.threads[:3]) + ("; ..." if len(self.threads) > 3 else "")
+            noun = "thread" if len(self.threads) == 1 else "threads"
+            parts.append(f"{len(self.threads)} other {noun} ran ({shown})")
+        if self.cuda_initialized:
+            parts.append("CUDA was initialised")
+        if self.compiled_frames:
+            noun = "function" if self.compiled_frames == 1 else "functions"
+            parts.append(f"torch.compile had compiled {self.compiled_frames} {noun}")
+        if self.compile_workers:
+            noun = "process" if self.compile_workers == 1 else "processes"
+            parts.append(f"inductor's compile pool ran {self.compile_workers} {noun}")
+        if self.native_threads:
+            noun = "thread" if self.native_threads == 1 else "threads"
+            parts.append(f"{self.native_threads} native {noun} ran (OpenMP/BLAS pools and the like)")
+        return " and ".join(parts)
+
+    def remedy(self) -> str:
+        """What the user can change so that forking is safe, for the hazards seen."""
+        steps = []
+        if self.threads:
+            steps.append(
+                "start the loaders' workers before those threads (persistent_workers=True and a first iter() "
+                "before they start), or end them before iter()"
+            )
+        if self.cuda_initialized:
+            steps.append("create the loaders before anything touches CUDA")
+        if self.compiled_frames or self.compile_workers:
+            steps.append("start persistent workers before calling the compiled model")
+        return "; ".join(steps)
+
+
+def _main_module_blocker() -> str | None:
+    """Why a worker started with forkserver or spawn, which imports this program's __main__ again as
+    multiprocessing does (a script by its path, `python -m module` by its name; a package's __main__.py never),
+    would run the training a second time; None when it would not."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if main is None or path is None:
+        return None
+    if spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__")):
+        return None
+    if Path(path).stem == "ipython":
+        return None
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=str(path))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    if any(_is_main_guard(node) for node in tree.body) or not any(_runs_something(node) for node in tree.body):
+        return None
+    return (
+        f'the script {path} runs its code on import, without an `if __name__ == "__main__":` guard: a worker '
+        "started with forkserver or spawn imports the script and would run it again; put the code that trains "
+        "under that guard"
+    )
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    names = [node.test.left, *node.test.comparators]
+    return any(isinstance(n, ast.Name) and n.id == "__name__" for n in names) and any(
+        isinstance(n, ast.Constant) and n.value == "__main__" for n in names
+    )
+
+
+_DECLARATIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _runs_something(node: ast.stmt) -> bool:
+    """Whether a top-level statement does work when the module is imported (a call anywhere in it), beyond
+    imports, definitions, docstrings and plain assignments of constants."""
+    if isinstance(node, _DECLARATIONS):
+        return False
+    return any(isinstance(child, ast.Call) for child in ast.walk(node))
+
+
+def _interactive_definitions(spec: LoaderSpec) -> str | None:
+    """A class or function of the loader defined in an interactive __main__ (a notebook), which a worker
+    started with forkserver or spawn cannot import; None when there is none."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__file__", None) is not None:
+        return None
+    for name, value in worker_payload(spec).items():
+        if value is None:
+            continue
+        defined_in = getattr(value, "__module__", None) if callable(value) else type(value).__module__
+        if defined_in == "__main__":
+            what = getattr(value, "__qualname__", None) or type(value).__qualname__
+            return (
+                f"the loader's {name} ({what}) is defined in an interactive session (a notebook or the REPL): "
+                "a worker started with forkserver or spawn cannot import it; define it in a module and import it"
+            )
+    return None
+
+
+def forkserver_blocker(spec: LoaderSpec) -> str | None:
+    """Why workers started with forkserver (or spawn) could not load this loader, in words that say what to
+    change; None when they could."""
+    try:
+        pickled_bytes(spec, "forkserver")
+    except UsageError as error:
+        return f"{error.message}; {error.hint}"
+    return _interactive_definitions(spec) or _main_module_blocker()
+
+
+def recorded_hazards(rec: Recording) -> ForkHazards:
+    """The fork hazards seen at any iterator's creation in a recording."""
+    return ForkHazards.of(rec.iterators)
+
+
+def safe_start_method(rec: Recording, settings: Settings) -> str | None:
+    """The start method for workers of `settings` on the loader of `rec`: forkserver where forking was
+    hazardous and forkserver can load this loader; otherwise the one in `settings` (fork is kept where no
+    safer method can work: see rec.forkserver_blocker)."""
+    forked = settings.num_workers > 0 and settings.backend == "process" and settings.effective_start_method == "fork"
+    if forked and recorded_hazards(rec) and rec.forkserver_blocker is None:
+        return "forkserver"
+    return settings.start_method

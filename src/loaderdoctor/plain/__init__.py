@@ -1,0 +1,2 @@
+"""Plain data and plain words, the bottom layer: dataclasses rebuilt from JSON, bounded JSON text, words for counts,
+and whose code a frame runs."""

@@ -1,0 +1,332 @@
+"""A Recording: plain, JSON-ready data of one measured run of a loader, and which of its batches are steady (the
+rate it gives is in rates.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.plain.data import dataclass_from_dict
+from loaderdoctor.workers.activity import WorkerActivity
+
+
+@dataclass
+class StrayProcess:
+    """A process that looks like a DataLoader worker left behind by an earlier run."""
+
+    pid: int
+    cmdline: str
+    cpu_percent: float
+    age_s: float
+
+
+@dataclass
+class HostFacts:
+    """The machine as the loader sees it."""
+
+    cpu_count: int
+    usable_cores: float  # affinity mask and cgroup quota taken into account
+    affinity_cores: int
+    cgroup_cpu_quota: float | None
+    shm_free_bytes: int | None
+    shm_total_bytes: int | None
+    open_fds: int | None
+    fd_soft_limit: int | None
+    sharing_strategy: str
+    local_ranks: int
+    accelerator: str | None  # "cuda" when one is usable, else None
+    stray_workers: list[StrayProcess] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AliveThread:
+    """A thread of the main process other than the main one and loaderdoctor's own."""
+
+    name: str
+    runs: str  # where it runs: its entry point, "tqdm/_monitor.py:60 in TMonitor.run"; "" when unknown
+    package: str | None = None  # the installed package of that code ("tqdm"); None for the user's own code
+
+    def describe(self) -> str:
+        """'tqdm_monitor, a thread of tqdm running tqdm/_monitor.py:60 in run'."""
+        owner = f", a thread of {self.package}" if self.package else ""
+        where = f" running {self.runs}" if self.runs else ""
+        return f"{self.name}{owner}{where}"
+
+
+@dataclass
+class IteratorFacts:
+    """What held in the main process when an iterator (and so its workers) was created: what runs there,
+    not what is imported (see forksafety.py)."""
+
+    epoch: int
+    start_method: str | None
+    threads: list[AliveThread]  # the other threads alive in the main process, loaderdoctor's own excluded
+    cuda_initialized: bool
+    compiled_frames: int = 0  # frames torch.compile had compiled in this process
+    compile_workers: int = 0  # processes of inductor's compile pool alive
+    # OS threads Python did not start (OpenMP, BLAS, CUDA pools...): usually harmless to fork, since torch gives
+    # each worker one thread, but a worker that enlarges its pool again can hang on the copied pool's state.
+    native_threads: int = 0
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    first_batch_s: float | None  # from iter() to the first batch; None when none came
+    batches: int
+    wall_s: float  # from iter(), as first_batch_s, to the epoch's end
+    worker_pids: list[int]
+    ended: str  # "exhausted" | "time" | "stall" | "worker-died" | "error" | "left" (a watched loop left it early)
+    started_s: float = 0.0  # when iter() was called, in seconds since the run started
+    end_s: float = 0.0  # from the last batch's step to the epoch's end: StopIteration and ending its workers
+    # Time in iter() itself: starting workers, or (persistent ones) taking in what the last epoch left in flight.
+    iter_s: float = 0.0
+    # Samples fingerprinted (IterableDatasets only: see fingerprints.py), how many of them were distinct, and
+    # how many copies of a sample were typical (2 when each of 2 workers repeats the whole stream).
+    samples_fingerprinted: int = 0
+    distinct_samples: int | None = None
+    typical_copies: int | None = None
+    # The epoch a shuffling sampler with set_epoch() (DistributedSampler) held at this epoch's iter(), when the
+    # loader has one: the same value every epoch means set_epoch() was never called (the same order each epoch).
+    # Only a watched run records it: the probe drives epochs itself and calls no set_epoch().
+    sampler_epoch: int | None = None
+    # Of first_batch_s, for an epoch whose iter() started workers: the time its first worker was runnable but
+    # descheduled since it started (other processes held the cores; see BatchDelivered.startup_run_delay_s).
+    first_batch_run_delay_s: float | None = None
+
+
+@dataclass
+class BatchRecord:
+    epoch: int
+    index: int  # the batch's number within its epoch
+    wait_s: float  # time blocked in next()
+    wait_cpu_s: float  # CPU time the main process used meanwhile (all of loading, without workers)
+    step_s: float  # the loop's time after it, to the next next(): the training step, releasing the last batch
+    nbytes: int
+    samples: int
+    delivered_s: float = 0.0  # when next() returned it, in seconds since the run started
+    # Of wait_s, the time the training loop's thread was runnable but not running: other processes held the cores
+    # (schedstat's run delay). Not a wait for data: see wait_fraction. None where the kernel does not count it.
+    wait_run_delay_s: float | None = None
+
+
+@dataclass
+class WorkerSample:
+    t_s: float  # seconds since the run started
+    pid: int
+    uss_bytes: int
+    rss_bytes: int
+    cpu_s: float
+    threads: int
+    # Seconds its threads were runnable but waiting for a CPU, since it started (schedstat's run delay); None
+    # where the kernel does not count it, and in reports saved before it was recorded.
+    run_delay_s: float | None = None
+
+
+@dataclass
+class HostSample:
+    """The whole machine's CPU and the training process's at one moment, to tell other processes' load apart."""
+
+    t_s: float  # seconds since the run started
+    busy_cpu_s: float  # CPU seconds all processes of the machine have used, since boot
+    main_cpu_s: float  # CPU seconds the training process has used (all its threads), since it started
+    main_run_delay_s: float | None = None  # seconds its threads were runnable but not running (None: not counted)
+
+
+@dataclass
+class OtherProcess:
+    """A process outside this run (not the training process or its workers) that took CPU while it ran."""
+
+    pid: int
+    cmdline: str
+    cores: float  # CPU seconds per second of the run
+
+
+@dataclass
+class Window:
+    """A stretch of steady running (after start-up) whose batches are compared with another's."""
+
+    started_s: float  # seconds since the run started
+    ended_s: float
+
+
+@dataclass
+class SampleError:
+    epoch: int
+    batch: int
+    index: int | None  # the dataset index, when the dataset is map-style
+    error_type: str
+    message: str
+
+
+@dataclass
+class StackFrame:
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}"
+
+
+@dataclass
+class WorkerStack:
+    pid: int  # the worker's pid; the main process's own pid when loading ran there
+    frames: list[StackFrame]  # innermost first
+    stuck_frame: StackFrame | None  # the innermost frame in the user's code
+
+    def stuck_at(self) -> str | None:
+        """Where this process is stuck, as every report words it: "pid N at FRAME", with the innermost frame of
+        the user's code, else the innermost frame; None without frames."""
+        frame = self.stuck_frame or (self.frames[0] if self.frames else None)
+        return None if frame is None else f"pid {self.pid} at {frame}"
+
+
+@dataclass
+class Stall:
+    epoch: int
+    batch: int  # the batch that never came
+    waited_s: float
+    threshold_s: float
+    reason: str
+    stacks: list[WorkerStack] = field(default_factory=list)
+    workers_cpu_idle: bool | None = None
+    over_budget: bool = False  # declared because the measuring budget ran out, not by the stall policy
+
+    @property
+    def hung(self) -> bool:
+        """Whether this was a hang, not a slow batch that outlasted the budget while workers still computed."""
+        return not self.over_budget or self.workers_cpu_idle is True
+
+
+@dataclass
+class WorkerDeath:
+    epoch: int
+    batch: int
+    message: str
+    pid: int | None = None  # the worker that ended (the first, when several did); None when unknown
+    exitcode: int | None = None  # its exit status: -N when signal N ended it (-11 SIGSEGV, -9 SIGKILL)
+    index: int | None = None  # the dataset index it was loading (map-style datasets), None when it held none
+    oom_kill: bool | None = None  # whether the OOM killer acted meanwhile (its cgroup count rose); None: unknown
+
+
+@dataclass
+class Recording:
+    settings: Settings
+    start_method: str | None
+    batch_size: int | None
+    batches_per_epoch: int | None
+    iterable: bool
+    step_s: float | None  # the training step per batch, None when there is none
+    budget_s: float
+    host: HostFacts
+    iterators: list[IteratorFacts] = field(default_factory=list)
+    epochs: list[EpochRecord] = field(default_factory=list)
+    batches: list[BatchRecord] = field(default_factory=list)
+    worker_samples: list[WorkerSample] = field(default_factory=list)
+    host_samples: list[HostSample] = field(default_factory=list)
+    # Where the workers' main threads spent their time, by line, and their file-lock calls, sampled from inside
+    # each worker process (see sitesampler.py); None without worker processes.
+    worker_activity: WorkerActivity | None = None
+    windows: list[Window] = field(default_factory=list)
+    other_processes: list[OtherProcess] = field(default_factory=list)
+    sample_errors: list[SampleError] = field(default_factory=list)
+    stall: Stall | None = None
+    worker_deaths: list[WorkerDeath] = field(default_factory=list)
+    pickled_dataset_bytes: int | None = None
+    # Why workers started with forkserver or spawn could not load this loader; computed when fork was hazardous.
+    forkserver_blocker: str | None = None
+    dataset: str = ""  # the dataset's class name
+    dataset_len: int | None = None
+    outcome: str = "completed"  # "completed" | "stalled" | "crashed"
+    error: str | None = None
+    # The worker_init_fn's error ("ValueError: no config (at data.py:12 in init_worker)"): it fails every batch.
+    worker_init_error: str | None = None
+    wall_s: float = 0.0
+    # Every batch delivered, when `batches` keeps only an even thinning of a long watched run (see watch/); None
+    # when `batches` holds them all.
+    batches_delivered: int | None = None
+    # A watched loader's drop_last, and its DistributedSampler's (None without one): what a DDP plan needs.
+    drop_last: bool | None = None
+    sampler_drop_last: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recording:
+        """The Recording whose to_dict() is `data` (as a rank sends it to the launcher, through JSON)."""
+        return dataclass_from_dict(cls, data)
+
+
+def in_window(rec: Recording, batch: BatchRecord, window: Window | None) -> bool:
+    """Whether a batch was delivered in `window`; without one, in any of the run's measuring windows (every
+    batch counts when the run has none)."""
+    windows = [window] if window is not None else rec.windows
+    return not windows or any(w.started_s <= batch.delivered_s <= w.ended_s for w in windows)
+
+
+def startup_batches(rec: Recording) -> dict[int, int]:
+    """Per epoch, how many of its first batches are start-up rather than steady running: one per worker when
+    the epoch started its workers (workers take turns, so worker k's first batch is the epoch's batch k, and
+    its wait holds that worker's start-up), else the first batch only (its wait is the epoch's start)."""
+    counts: dict[int, int] = {}
+    previous: list[int] | None = None
+    for epoch in rec.epochs:
+        started = bool(epoch.worker_pids) and epoch.worker_pids != previous
+        counts[epoch.epoch] = max(1, len(epoch.worker_pids)) if started else 1
+        previous = epoch.worker_pids
+    return counts
+
+
+def steady_batches(rec: Recording, window: Window | None = None) -> list[BatchRecord]:
+    """Batches delivered in steady running: after the start-up batches of each epoch (see startup_batches;
+    counted apart), within `window` (by default, within the run's measuring windows)."""
+    startup = startup_batches(rec)
+    seen: set[int] = set()  # epochs whose first delivered batch went by (batch 0 may have failed)
+    steady = []
+    for batch in rec.batches:
+        if batch.epoch in seen and batch.index >= startup.get(batch.epoch, 1) and in_window(rec, batch, window):
+            steady.append(batch)
+        seen.add(batch.epoch)
+    return steady
+
+
+def mean_batch_bytes(rec: Recording) -> float | None:
+    """The mean size of a delivered batch in bytes; None when none was delivered."""
+    return statistics.mean(b.nbytes for b in rec.batches) if rec.batches else None
+
+
+def data_wait_s(batch: BatchRecord) -> float:
+    """The time the loop waited in next() for this batch's data: its wait, less the time the loop's own thread
+    was runnable but descheduled meanwhile (other processes held the cores: the machine's load, not the data's)."""
+    return max(0.0, batch.wait_s - (batch.wait_run_delay_s or 0.0))
+
+
+# Less of next()'s wait than this descheduled, on average, is not worth a word in a report.
+NOTABLE_DESCHEDULED_WAIT_S = 0.0005
+
+
+def descheduled_wait_s(rec: Recording, window: Window | None = None) -> float | None:
+    """The mean, over steady batches, of the part of next()'s wait that the loop's thread was descheduled (see
+    data_wait_s); None where it was not counted."""
+    delays = [b.wait_run_delay_s for b in steady_batches(rec, window) if b.wait_run_delay_s is not None]
+    return statistics.mean(delays) if delays else None
+
+
+def wait_fraction(rec: Recording, window: Window | None = None) -> float | None:
+    """Share of steady-state time the training loop spent waiting in next() for data (data_wait_s: the time it
+    was itself descheduled left out); None without a training step."""
+    if rec.step_s is None:
+        return None
+    steady = steady_batches(rec, window)
+    total = sum(b.wait_s + b.step_s for b in steady)
+    return sum(data_wait_s(b) for b in steady) / total if total > 0 else None
+
+
+def startup_s(rec: Recording) -> float:
+    """Seconds spent from each iter() to its epoch's first batch, all epochs together."""
+    return sum(e.first_batch_s or 0.0 for e in rec.epochs)

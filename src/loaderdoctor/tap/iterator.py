@@ -1,0 +1,339 @@
+"""The tap: wraps a DataLoader's iterator, passes batches through untouched, and emits plain events."""
+
+from __future__ import annotations
+
+import multiprocessing.connection
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch._utils import ExceptionWrapper
+from torch.utils.data import DataLoader, IterableDataset
+
+from loaderdoctor.host.forksafety import iterator_facts
+from loaderdoctor.recording.record import IteratorFacts
+from loaderdoctor.tap.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
+from loaderdoctor.workers.sampler import run_delay_s, thread_run_delay_s
+
+RECENT_BATCHES = 100  # the watchdog's yardstick is the slowest of the last 50 to 100 batches
+
+
+class RecentWaits:
+    """The slowest of the recent steady-state waits (the last RECENT_BATCHES / 2 to RECENT_BATCHES): the
+    watchdog's yardstick follows the batches down after a hiccup as well as up, so one slow batch does not set
+    the deadline for the rest of the run. Two blocks of half the window each: a few operations per batch."""
+
+    def __init__(self, size: int = RECENT_BATCHES) -> None:
+        self._block = max(1, size // 2)
+        self._count = 0  # waits in the current block
+        self._current = 0.0  # the slowest of the current block
+        self._previous = 0.0  # the slowest of the block before
+
+    def add(self, wait_s: float) -> None:
+        if wait_s > self._current:
+            self._current = wait_s
+        self._count += 1
+        if self._count == self._block:
+            self._previous, self._current, self._count = self._current, 0.0, 0
+
+    @property
+    def slowest_s(self) -> float:
+        return max(self._previous, self._current)
+
+
+@dataclass(frozen=True)
+class IteratorCreated:
+    epoch: int
+    facts: IteratorFacts | None  # taken just before iter() starts workers; None when none start
+    worker_pids: list[int]
+    create_s: float  # time spent in iter() itself
+
+
+@dataclass(frozen=True)
+class BatchDelivered:
+    epoch: int
+    index: int
+    wait_s: float
+    wait_cpu_s: float
+    nbytes: int
+    samples: int
+    first_batch_s: float | None  # from iter() to this batch, for the first batch of an epoch
+    # One per sample (fingerprints.py), for an IterableDataset's first TALLIED_PER_EPOCH samples of an epoch:
+    # whether its workers deliver the same samples. None for a map-style dataset, or when not told apart.
+    fingerprints: list[int] | None = None
+    # Seconds of the wait the waiting thread was runnable but not running (other processes held the cores): the
+    # machine's time, not the data's. None where the kernel does not count it.
+    wait_run_delay_s: float | None = None
+    # For the first batch of an iter() that started workers: the seconds its first worker (which loads the first
+    # batch) was runnable but descheduled since it started, or the loop's own thread during the wait if more. The
+    # start-up's share that is the machine's load, not the loader's. None otherwise, or where not counted.
+    startup_run_delay_s: float | None = None
+
+
+@dataclass(frozen=True)
+class BatchFailed:
+    epoch: int
+    index: int
+    wait_s: float
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class EpochEnded:
+    epoch: int
+    batches: int
+    wall_s: float
+    wait_s: float = 0.0  # the time in the next() that raised StopIteration (ending workers that do not persist)
+
+
+Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded
+Listener = Callable[[Event], None]
+
+
+def batch_nbytes(batch: Any) -> int:
+    """Bytes of tensor and array data in a batch of any nesting of tuples, lists and dicts."""
+    if isinstance(batch, torch.Tensor):
+        return batch.element_size() * batch.nelement()
+    if isinstance(batch, np.ndarray):
+        return int(batch.nbytes)
+    if isinstance(batch, Mapping):
+        return sum(batch_nbytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_nbytes(v) for v in batch)
+    return 0
+
+
+def batch_samples(batch: Any, default: int) -> int:
+    """How many samples a batch holds: the first tensor's leading dimension, else `default`."""
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
+        return int(batch.shape[0]) if batch.ndim else default
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        if isinstance(value, (torch.Tensor, np.ndarray, Mapping, list, tuple)):
+            return batch_samples(value, default)
+    return default
+
+
+def worker_processes(iterator: Any) -> list[Any]:
+    """A DataLoader iterator's worker processes (multiprocessing.Process; none for single-process loading)."""
+    return [w for w in getattr(iterator, "_workers", []) if w.pid is not None]
+
+
+def worker_pids(iterator: Any) -> list[int]:
+    """The pids of a DataLoader iterator's worker processes (none for single-process loading)."""
+    return [w.pid for w in worker_processes(iterator)]
+
+
+def starts_workers(loader: DataLoader) -> bool:
+    """Whether the loader's next iter() starts worker processes: persistent ones start only once."""
+    persistent_alive = loader.persistent_workers and getattr(loader, "_iterator", None) is not None
+    return loader.num_workers > 0 and not persistent_alive
+
+
+def exited_workers(iterator: Any, grace_s: float = 0.0) -> list[int]:
+    """The pids of a DataLoader iterator's workers whose process has ended, waiting up to grace_s for one to.
+    How a worker's death is known: from the processes, never from the words of torch's message."""
+    workers = worker_processes(iterator)
+    if not workers:
+        return []
+    ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
+    return [w.pid for w in workers if w.sentinel in ended]
+
+
+# Where torch re-raises, in the main process, an exception the dataset (or collate_fn) raised in a worker.
+_RERAISE = ExceptionWrapper.reraise.__code__
+
+
+def raised_in_worker(error: BaseException) -> bool:
+    """Whether `error` is the dataset's (or collate_fn's) own, raised in a worker and re-raised by torch: told by
+    where it was raised (torch's ExceptionWrapper.reraise), not by its words."""
+    traceback = error.__traceback__
+    if traceback is None:
+        return False
+    while traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return traceback.tb_frame.f_code is _RERAISE
+
+
+# A worker's death also shows as other errors (a batch whose shared memory cannot be fetched from it any more:
+# ConnectionResetError, EOFError...), maybe an instant before its process has ended: give it this long to be seen.
+DEATH_GRACE_S = 0.5
+
+
+def is_worker_death(error: BaseException, iterator: Any, grace_s: float = DEATH_GRACE_S) -> bool:
+    """Whether `error` comes of a worker of `iterator` that died: torch's RuntimeError (from next(), or from its
+    SIGCHLD handler wherever the main thread is) or what the death broke (a reset connection, an EOFError), while
+    one has ended or ends within `grace_s`; never an error the dataset raised in a worker (told without waiting)."""
+    return not raised_in_worker(error) and bool(exited_workers(iterator, grace_s))
+
+
+def shutdown(loader: DataLoader, iterator: Any) -> None:
+    """End a loader's workers now, persistent ones included, instead of whenever garbage collection runs."""
+    if hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+    if getattr(loader, "_iterator", None) is iterator:
+        loader._iterator = None
+
+
+class TapIterator:
+    """One epoch of a tapped loader. Exceptions from the loader pass through after a BatchFailed event,
+    and iteration may go on after them, as it can with a DataLoader."""
+
+    def __init__(self, tap: Tap, epoch: int) -> None:
+        self._tap = tap
+        self.epoch = epoch
+        self.index = 0  # the number of the next batch, failed ones counted
+        self.delivered = 0
+        self.fingerprinted = 0  # samples of this epoch fingerprinted (see BatchDelivered.fingerprints)
+        self.interrupted = False  # the last next() was ended by Ctrl-C or SystemExit
+        self.failed_wait_s = 0.0  # how long the last next() that raised had waited
+        self.pids: list[int] = []
+        loader = tap.loader
+        # Persistent workers start once; later iter() calls fork nothing, so there is no state to record.
+        # Without workers the facts still tell whether adding workers under fork would be safe.
+        fresh = loader.num_workers == 0 or starts_workers(loader)
+        self.started_workers = loader.num_workers > 0 and fresh
+        facts = iterator_facts(epoch, tap.start_method) if fresh else None
+        self.started_at = tap.clock()
+        self.waiting_since: float | None = self.started_at  # iter() itself may block on worker start-up
+        tap.current = self  # complete now, and before iter(): a watchdog sees a hang inside it too
+        self.inner = tap.open_iterator(tap.loader)
+        self.waiting_since = None
+        self.pids = worker_pids(self.inner)
+        tap.emit(IteratorCreated(epoch, facts, self.pids, tap.clock() - self.started_at))
+
+    def __iter__(self) -> TapIterator:
+        return self
+
+    def __next__(self) -> Any:
+        tap = self._tap
+        clock = tap.clock
+        # Events are made only for listeners: a guard without any pays for a clock read or two per batch.
+        listening = bool(tap.listeners)
+        self.waiting_since = started = clock()
+        if self.interrupted and not self.delivered:
+            self.started_at = started
+        self.interrupted = False
+        cpu_started = time.process_time() if listening else 0.0
+        delay_started = thread_run_delay_s() if listening else None
+        try:
+            batch = next(self.inner)
+        except StopIteration:
+            self.waiting_since = None
+            ended = clock()
+            tap.emit(EpochEnded(self.epoch, self.index, ended - self.started_at, ended - started))
+            raise
+        except Exception as error:
+            self.waiting_since = None
+            self.failed_wait_s = clock() - started
+            tap.emit(BatchFailed(self.epoch, self.index, self.failed_wait_s, error))
+            self.index += 1
+            raise
+        except BaseException:
+            # Ctrl-C (or SystemExit) ended the wait: nobody waits now, and a first batch's clock starts anew at
+            # the next next(), so that the pause before it is no start-up and no stall.
+            self.waiting_since = None
+            self.interrupted = True
+            raise
+        delivered = clock()
+        self.waiting_since = None
+        wait_s = delivered - started
+        first_batch_s = None
+        if self.delivered:
+            tap.waits.add(wait_s)
+        else:
+            first_batch_s = delivered - self.started_at
+        self.delivered += 1
+        if listening:
+            wait_cpu_s = time.process_time() - cpu_started
+            delay_now = thread_run_delay_s() if delay_started is not None else None
+            wait_run_delay_s = None if delay_now is None else min(wait_s, max(0.0, delay_now - delay_started))
+            startup_run_delay_s = None
+            if first_batch_s is not None and self.started_workers and self.pids:
+                worker_delay = run_delay_s(self.pids[0])
+                if worker_delay is not None:
+                    startup_run_delay_s = min(first_batch_s, max(worker_delay, wait_run_delay_s or 0.0))
+            samples = batch_samples(batch, tap.loader.batch_size or 1)
+            fingerprints = None
+            if tap.fingerprints and self.fingerprinted < TALLIED_PER_EPOCH:
+                fingerprints = sample_fingerprints(batch, samples)
+                self.fingerprinted += len(fingerprints or ())
+            tap.emit(
+                BatchDelivered(
+                    epoch=self.epoch,
+                    index=self.index,
+                    wait_s=wait_s,
+                    wait_cpu_s=wait_cpu_s,
+                    nbytes=batch_nbytes(batch),
+                    samples=samples,
+                    first_batch_s=first_batch_s,
+                    fingerprints=fingerprints,
+                    wait_run_delay_s=wait_run_delay_s,
+                    startup_run_delay_s=startup_run_delay_s,
+                )
+            )
+        self.index += 1
+        return batch
+
+    def close(self) -> None:
+        """End this iterator's workers now."""
+        shutdown(self._tap.loader, self.inner)
+
+
+class Tap:
+    """Instruments a DataLoader: each epoch() is a TapIterator that reports to the listeners. `open_iterator`
+    makes torch's iterator of the loader (iter(), unless iter() itself is hooked, as `loaderdoctor run` hooks it).
+    The samples of an IterableDataset are fingerprinted as they are delivered (to listeners only): its workers may
+    each repeat the whole stream; a map-style dataset's are not (its sampler deals each index out once)."""
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        listeners: list[Listener],
+        *,
+        start_method: str | None,
+        clock: Callable[[], float] = time.perf_counter,
+        open_iterator: Callable[[DataLoader], Any] = iter,
+    ) -> None:
+        self.loader = loader
+        self.open_iterator = open_iterator
+        self.listeners = listeners
+        self.start_method = start_method
+        self.clock = clock
+        self.fingerprints = isinstance(getattr(loader, "dataset", None), IterableDataset)  # decided once
+        self._current: weakref.ref[TapIterator] | None = None
+        self.waits = RecentWaits()  # the watchdog's yardstick; a guard hands the same one to each new tap
+
+    @property
+    def current(self) -> TapIterator | None:
+        """The epoch being iterated, while its iterator lives. Held weakly: a TapIterator holds its tap, and a
+        cycle would leave torch's iterator to the garbage collector, which ends persistent workers only after
+        torch's 5 s join timeout each (a plain loop ends them as soon as the loader is dropped)."""
+        return self._current() if self._current is not None else None
+
+    @current.setter
+    def current(self, iterator: TapIterator | None) -> None:
+        self._current = weakref.ref(iterator) if iterator is not None else None
+
+    @property
+    def slowest_wait_s(self) -> float:
+        """The slowest of the recent steady-state batches."""
+        return self.waits.slowest_s
+
+    def emit(self, event: Event) -> None:
+        for listener in self.listeners:
+            listener(event)
+
+    def epoch(self, epoch: int) -> TapIterator:
+        return TapIterator(self, epoch)
+
+    def torch_iterator(self) -> Any:
+        """torch's iterator of the current epoch; the loader's own while iter() is still making it (a persistent
+        iterator's reset may fail half-way)."""
+        current = self.current
+        inner = getattr(current, "inner", None) if current is not None else None
+        return inner if inner is not None else getattr(self.loader, "_iterator", None)

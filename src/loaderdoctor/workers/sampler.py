@@ -1,0 +1,304 @@
+"""Worker processes seen from outside: periodic samples of their memory, CPU and threads, and their stacks."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import re
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from loaderdoctor.host.facts import OWN_THREAD_PREFIX, thread_frames
+from loaderdoctor.plain.usercode import is_user_frame
+from loaderdoctor.recording.record import HostSample, StackFrame, WorkerSample, WorkerStack
+
+STACK_SIGNAL = signal.SIGUSR1
+_DUMP_WAIT_S = 1.0
+# A worker that uses less than this share of a core is idle: one blocked on a lock uses none of its own, but
+# check's site sampler (sitesampler.py) wakes in it 100 times a second, 1-2% of a core measured here.
+IDLE_CORE_SHARE = 0.05
+
+
+def machine_busy_cpu_s() -> float:
+    """CPU seconds all processes of the machine have used since boot (every core's time not idle)."""
+    times = psutil.cpu_times()
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return sum(times) - idle - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
+def parse_run_delay_s(text: str) -> float | None:
+    """The run delay in seconds from one thread's /proc/PID/task/TID/schedstat ("ns on a CPU, ns runnable but
+    waiting for one, times run"); None where the text is not that, or reads "0 0 0": the kernel's words for
+    counts it does not keep (a thread that exists has run at least once)."""
+    try:
+        on_cpu_ns, run_delay_ns, timeslices = (int(field) for field in text.split()[:3])
+    except ValueError:
+        return None
+    if on_cpu_ns == run_delay_ns == timeslices == 0:
+        return None
+    return run_delay_ns / 1e9
+
+
+def run_delay_s(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """Seconds the live threads of process `pid` have spent runnable but not running (ready, while other
+    processes or its own threads held the cores), summed from their schedstat; None where the kernel does not
+    count it or the process is gone. Time descheduled so is neither computing nor waiting on I/O."""
+    try:
+        threads = os.listdir(proc / str(pid) / "task")
+    except OSError:
+        return None
+    delays = []
+    for tid in threads:
+        try:
+            delays.append(parse_run_delay_s((proc / str(pid) / "task" / tid / "schedstat").read_text()))
+        except OSError:
+            continue  # a thread that ended meanwhile
+    known = [d for d in delays if d is not None]
+    return sum(known) if known else None
+
+
+_THREAD = threading.local()  # each thread's own open /proc/thread-self/schedstat (closed as the thread ends)
+
+
+def thread_run_delay_s() -> float | None:
+    """Seconds the calling thread has spent runnable but not running, from its schedstat (kept open per thread:
+    about 2 us a read); None where the kernel does not count it."""
+    reader = getattr(_THREAD, "schedstat", None)
+    if reader is None:
+        try:
+            reader = _THREAD.schedstat = _ThreadFile(os.open("/proc/thread-self/schedstat", os.O_RDONLY))
+        except OSError:
+            reader = _THREAD.schedstat = False
+    if reader is False:
+        return None
+    try:
+        return parse_run_delay_s(os.pread(reader.fd, 128, 0).decode())
+    except OSError:
+        return None
+
+
+class _ThreadFile:
+    """A thread's open file, closed quietly when the thread's locals go (a file object left open until the
+    interpreter ends is a ResourceWarning)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class WorkerSampler:
+    """A background thread that samples, every interval while active, each worker's USS/RSS, CPU time, run
+    delay and thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the
+    machine's and the training process's CPU (to tell other processes' load apart) and its run delay. With
+    `keep_rounds`, a long run keeps at most about that many rounds of samples: past it, every other round taken
+    so far is dropped (the memory of a watched run of days stays bounded; growth and CPU are read from the
+    rounds that stay)."""
+
+    def __init__(
+        self,
+        pids: Callable[[], list[int]],
+        *,
+        interval_s: float = 0.25,
+        clock: Callable[[], float] = time.perf_counter,
+        t0: float | None = None,
+        own_threads: int = 0,
+        keep_rounds: int | None = None,
+    ) -> None:
+        self._pids = pids
+        self._keep_rounds = keep_rounds
+        self._round_times: list[float] = []
+        self._own_threads = own_threads
+        self._interval_s = interval_s
+        self._clock = clock
+        self._t0 = clock() if t0 is None else t0
+        self._processes: dict[int, psutil.Process] = {}
+        self._own = psutil.Process()
+        self._stop = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
+        self._lock = threading.Lock()
+        self.samples: list[WorkerSample] = []
+        self.host_samples: list[HostSample] = []
+        self._thread = threading.Thread(target=self._run, name=OWN_THREAD_PREFIX + "sampler", daemon=True)
+
+    def start(self) -> WorkerSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[WorkerSample]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.samples
+
+    def pause(self) -> None:
+        """Stop sampling until resume(), with a last sample now (idle workers need no watching meanwhile)."""
+        if self._active.is_set():
+            self.sample_once()
+            self._active.clear()
+
+    def resume(self) -> None:
+        """Sample again, starting with one now."""
+        if not self._active.is_set():
+            self._active.set()
+            self.sample_once()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            if self._active.is_set():
+                self.sample_once()
+
+    def sample_once(self) -> None:
+        t_s = self._clock() - self._t0
+        taken = []
+        for pid in self._pids():
+            try:
+                proc = self._processes.get(pid) or self._processes.setdefault(pid, psutil.Process(pid))
+                with proc.oneshot():
+                    memory = proc.memory_full_info()
+                    cpu = proc.cpu_times()
+                    threads = max(1, proc.num_threads() - self._own_threads)
+            except (psutil.Error, OSError):
+                continue  # a worker that ended between listing and sampling
+            cpu_s = cpu.user + cpu.system
+            taken.append(WorkerSample(t_s, pid, memory.uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
+        try:
+            own = self._own.cpu_times()
+            host = HostSample(t_s, machine_busy_cpu_s(), own.user + own.system, run_delay_s(self._own.pid))
+        except (psutil.Error, OSError):
+            host = None
+        with self._lock:
+            self.samples.extend(taken)
+            if host is not None:
+                self.host_samples.append(host)
+            if self._keep_rounds is not None:
+                self._round_times.append(t_s)
+                if len(self._round_times) > self._keep_rounds:
+                    self._thin()
+
+    def _thin(self) -> None:
+        """Drop every other round of samples taken so far (the first and the latest stay)."""
+        kept = set(self._round_times[::2]) | {self._round_times[-1]}
+        self._round_times = sorted(kept)
+        self.samples = [s for s in self.samples if s.t_s in kept]
+        self.host_samples = [s for s in self.host_samples if s.t_s in kept]
+
+    def cpu_idle(self, pids: list[int], window_s: float, max_core_share: float = IDLE_CORE_SHARE) -> bool | None:
+        """Whether none of `pids` used more than max_core_share of a core over the last window_s; None if
+        unknown."""
+        with self._lock:
+            samples = list(self.samples)
+        if not samples:
+            return None
+        now = samples[-1].t_s
+        for pid in pids:
+            series = [s for s in samples if s.pid == pid]
+            recent = [s for s in series if s.t_s >= now - window_s]
+            if not series or series[0].t_s > now - window_s or len(recent) < 2:
+                return None  # not watched long enough to say
+            if recent[-1].cpu_s - recent[0].cpu_s > max_core_share * (recent[-1].t_s - recent[0].t_s):
+                return False
+        return True
+
+
+class StackDumpHook:
+    """Runs first in each worker: makes it write all its threads' stacks to a file on STACK_SIGNAL."""
+
+    def __init__(self, dump_dir: str) -> None:
+        self.dump_dir = dump_dir
+
+    def __call__(self, worker_id: int) -> None:
+        path = Path(self.dump_dir) / f"{os.getpid()}.txt"
+        # The file object must outlive this call: faulthandler writes to its descriptor from a signal handler.
+        global _dump_file
+        _dump_file = open(path, "w")  # noqa: SIM115
+        faulthandler.register(STACK_SIGNAL, file=_dump_file, all_threads=True)
+
+
+_dump_file = None
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.+)$')
+
+
+def parse_faulthandler(text: str) -> list[StackFrame]:
+    """The frames (innermost first) of the thread that runs the worker loop, from a faulthandler dump."""
+    threads: list[list[StackFrame]] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread ", "Current thread ")):
+            threads.append([])
+        elif (match := _FRAME.match(line)) and threads:
+            threads[-1].append(StackFrame(match["file"], int(match["line"]), match["function"].strip()))
+    for frames in threads:
+        if any(f.function == "_worker_loop" for f in frames):
+            return frames
+    return threads[0] if threads else []
+
+
+def stuck_frame(frames: list[StackFrame]) -> StackFrame | None:
+    """The innermost frame in the user's code, where a stuck worker is waiting. In a worker only the frames its
+    loop called count: a forked worker's stack also holds the parent's frames, copied by fork, below the loop."""
+    loop = next((i for i, f in enumerate(frames) if f.function == "_worker_loop"), len(frames))
+    return next((f for f in frames[:loop] if is_user_frame(f)), None)
+
+
+def kill_workers(pids: list[int]) -> None:
+    """SIGKILL the workers: a stuck worker may ignore anything gentler. The DataLoader then notices that they
+    died and raises in the next() that waits on them."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def dump_worker_stacks(pids: list[int], dump_dir: str, wait_s: float = _DUMP_WAIT_S) -> list[WorkerStack]:
+    """Ask each worker for its stacks (STACK_SIGNAL, see StackDumpHook) and read them back."""
+    paths = {pid: Path(dump_dir) / f"{pid}.txt" for pid in pids}
+    for pid in pids:
+        try:
+            os.kill(pid, STACK_SIGNAL)
+        except OSError:
+            continue
+    # faulthandler writes the whole dump at once from its signal handler: wait until every file has text.
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not all(p.exists() and p.stat().st_size for p in paths.values()):
+        time.sleep(0.02)
+    time.sleep(0.05)
+    texts = {pid: path.read_text() if path.exists() else "" for pid, path in paths.items()}
+    stacks = []
+    for pid in pids:
+        frames = parse_faulthandler(texts.get(pid, ""))
+        stacks.append(WorkerStack(pid=pid, frames=frames, stuck_frame=stuck_frame(frames)))
+    return stacks
+
+
+def thread_cpu_s(thread: threading.Thread) -> float | None:
+    """CPU seconds a thread of this process has used, from /proc; None where that cannot be read."""
+    try:
+        fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def thread_idle(thread: threading.Thread, window_s: float = 0.5, min_cpu_s: float = 0.02) -> bool | None:
+    """Whether a thread uses no CPU over the next window_s (None when unknown): a stuck one does not."""
+    before = thread_cpu_s(thread)
+    time.sleep(window_s)
+    after = thread_cpu_s(thread)
+    return None if before is None or after is None else after - before < min_cpu_s
+
+
+def thread_stack(thread: threading.Thread) -> WorkerStack:
+    """The current stack of a thread of this process (the main one, when loading runs there)."""
+    frame = thread_frames().get(thread.ident or -1)
+    summary = traceback.extract_stack(frame) if frame is not None else []
+    frames = [StackFrame(f.filename, f.lineno or 0, f.name) for f in reversed(summary)]
+    return WorkerStack(pid=os.getpid(), frames=frames, stuck_frame=stuck_frame(frames))
