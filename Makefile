@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test conformance lint bench clean
+.PHONY: demo test test-fast conformance lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/pytest
+
+# The quick inner loop: every test that starts no process (no worker, no subprocess), on two cores, in under a
+# minute; the suite fails a test that starts one without the `workers` mark.
+test-fast: $(STAMP)
+	$(BIN)/pytest tests/unit -m "not workers" -n 2 -q --durations=5
 
 # The drop-in's conformance suite over the whole matrix (fork, forkserver, spawn x 0, 1, 2 workers, every option).
 conformance: $(STAMP)

@@ -61,3 +61,36 @@ def no_leftover_processes_or_threads():
     pytest.fail(
         "the test left behind " + "; ".join(filter(None, [", ".join(described), ", ".join(t.name for t in threads)]))
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every integration and browser test starts real processes: marked `workers` (`make test-fast` leaves them
+    out)."""
+    for item in items:
+        if "integration" in item.path.parts or "browser" in item.path.parts:
+            item.add_marker(pytest.mark.workers)
+
+
+@pytest.fixture(autouse=True)
+def processes_only_where_marked(request, monkeypatch):
+    """A test that starts a process (a DataLoader worker, a subprocess) must be marked `workers`, so that
+    `make test-fast` (-m "not workers") runs only tests that start none."""
+    import multiprocessing.process
+    import subprocess
+
+    started: list[str] = []
+    start, popen_init = multiprocessing.process.BaseProcess.start, subprocess.Popen.__init__
+
+    def noting_start(self, *args, **kwargs):
+        started.append(f"a {type(self).__name__}")
+        return start(self, *args, **kwargs)
+
+    def noting_popen(self, *args, **kwargs):
+        started.append("a subprocess")
+        return popen_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", noting_start)
+    monkeypatch.setattr(subprocess.Popen, "__init__", noting_popen)
+    yield
+    if started and request.node.get_closest_marker("workers") is None:
+        pytest.fail(f"the test started {started[0]} but is not marked workers: add @pytest.mark.workers")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.loader.settings import Settings
+from loaderdoctor.loader.ddp import DdpPlan
 from loaderdoctor.plain.data import dataclass_from_written
+from loaderdoctor.probe.verification import NO_RATE, Verification
 from loaderdoctor.recording.epochcost import EpochCost
 from loaderdoctor.recording.limit import Limit, host_limit, share_of_limit
 from loaderdoctor.recording.rates import (
@@ -21,7 +22,6 @@ from loaderdoctor.recording.rates import (
     training_rate,
 )
 from loaderdoctor.recording.record import (
-    OtherProcess,
     Recording,
     descheduled_wait_s,
     mean_batch_bytes,
@@ -29,9 +29,9 @@ from loaderdoctor.recording.record import (
     wait_fraction,
 )
 from loaderdoctor.recording.usage import loading_cpu, other_cores, worker_uss_after_startup
-from loaderdoctor.scale.plan import DdpPlan
+from loaderdoctor.rules._common import rounded
+from loaderdoctor.rules.finding import Finding
 
-SEVERITIES = ("critical", "warning", "info")
 SCHEMA = "loaderdoctor.check/1"
 
 
@@ -49,13 +49,13 @@ def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
     limit = host_limit(rec) if limit is None else limit
     share = share_of_limit(rate, limit)
     return {
-        "batches_per_s": _rounded(rate, 3),
+        "batches_per_s": rounded(rate, 3),
         "samples_per_s": None if rate is None or per_batch is None else round(rate * per_batch, 3),
-        "wait_fraction": _rounded(wf, 4),
+        "wait_fraction": rounded(wf, 4),
         "interval_ms": _ms(interval_s(rec)),
         "epoch_overhead_s": round(epoch_overhead_s(rec), 4),
-        "first_startup_s": _rounded(first_startup_s(rec), 4),
-        "first_batch_s": [_rounded(e.first_batch_s, 4) for e in rec.epochs],
+        "first_startup_s": rounded(first_startup_s(rec), 4),
+        "first_batch_s": [rounded(e.first_batch_s, 4) for e in rec.epochs],
         "epochs": len(rec.epochs),
         "batches": delivered_batches(rec),
         "batches_per_epoch": epoch_batches(rec),
@@ -70,14 +70,14 @@ def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
         "loading_cores": None if cpu is None else round(cpu.cores, 3),
         "loading_cpu_share": None if cpu is None else round(cpu.share, 3),
         "available_cores": None if cpu is None else round(cpu.available_cores, 3),
-        "other_processes_cores": _rounded(others, 3),
+        "other_processes_cores": rounded(others, 3),
         "other_processes": [dataclasses.asdict(p) for p in rec.other_processes],
         "worker_uss_mb_max": round(max(uss) / 2**20, 1) if uss else None,
         "start_method": rec.start_method,
         "outcome": rec.outcome,
         "sample_errors": len(rec.sample_errors),
         "limit": limit.to_dict(),
-        "share_of_limit": _rounded(share, 3),
+        "share_of_limit": rounded(share, 3),
     }
 
 
@@ -88,148 +88,8 @@ def _percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _rounded(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
-
-
-@dataclass
-class Finding:
-    """One diagnosis: what is wrong, the measured numbers that show it, and what to change."""
-
-    rule: str
-    severity: str  # "critical" | "warning" | "info"
-    title: str
-    evidence: dict[str, Any]
-    fix: str
-    snippet: str | None = None
-    settings_change: dict[str, Any] = field(default_factory=dict)  # what prescribe applies to Settings
-    impact: float = 0.0  # measured share of wall time this costs (0..1), for ordering; 1.0 for a hang
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"unknown severity {self.severity!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "title": self.title,
-            "evidence": self.evidence,
-            "fix": self.fix,
-            "snippet": self.snippet,
-            "settings_change": self.settings_change,
-            "impact": self.impact,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        """The Finding whose to_dict() is `data`."""
-        return dataclass_from_written(cls, data)
-
-
-# What the measuring showed of a fix: faster (helps); quicker-start (its workers start far sooner, once per
-# run, and it runs no slower: helps); as-fast (no slower, and the fix is about safety or cost, not speed:
-# helps); no-gain (neither faster nor slower beyond the spread between windows); slower (slower
-# in every pair of windows: not a fix); rescued (the original settings stalled or crashed, the fix delivered);
-# failed (the fix stalled or crashed too); other-data (the fix delivered other samples: no rate compared);
-# not-measured (cut short, or it could not run: no ratio).
-VERDICTS = (
-    "faster",
-    "quicker-start",
-    "as-fast",
-    "no-gain",
-    "slower",
-    "rescued",
-    "failed",
-    "other-data",
-    "not-measured",
-)
-HELPING = frozenset({"faster", "quicker-start", "as-fast", "rescued"})
-# Verdicts that measured no rate of the fix on the same data as the original's.
-NO_RATE = frozenset({"not-measured", "other-data", "failed"})
-
-# Verification.to_dict's keys that name a field otherwise.
-_VERIFICATION_KEYS = {
-    "window_pairs": "pairs",
-    "busy_window_pairs": "busy_pairs",
-    "other_processes_cores": "other_cores",
-}
-
-
-@dataclass
-class Verification:
-    """A fix measured against the original settings, in windows taken in turns (see verify.py)."""
-
-    settings: Settings
-    before: float  # batches per second of an epoch of training with the user's settings (0 when not measured)
-    after: float  # with the fix's settings
-    before_outcome: str
-    after_outcome: str
-    verdict: str
-    note: str
-    after_recording: Recording | None = None
-    # "rules": the findings' combined fix; "tune": the tuner's quick search found it; "lock-free": the same
-    # settings with the workers' lock calls on read-only files made no-ops (a contended lock's cost measured)
-    source: str = "rules"
-    spread: tuple[float, float] | None = None  # the lowest and highest speedup of a pair of windows
-    pairs: int = 0  # pairs of windows measured, one of each settings, that the speedup rests on
-    busy_pairs: int = 0  # pairs measured while other processes took cores, left out (see verify.py)
-    before_startup_s: float | None = None  # iter() to the first batch, once per run
-    after_startup_s: float | None = None
-    other_cores: float | None = None  # the most cores other processes took during a window
-    other_processes: list[OtherProcess] = field(default_factory=list)
-    # Every pair of windows was measured while other processes took cores: the speedup is this machine's under
-    # that load, which can differ from a quiet machine's (the note says so).
-    under_load: bool = False
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"unknown verdict {self.verdict!r}")
-
-    @property
-    def helped(self) -> bool:
-        """Whether the fix is presented as one."""
-        return self.verdict in HELPING
-
-    @property
-    def speedup(self) -> float | None:
-        """after / before, when both were measured on the same data; never for a run cut short."""
-        if self.verdict in NO_RATE or self.before <= 0:
-            return None
-        return self.after / self.before
-
-    def to_dict(self) -> dict[str, Any]:
-        speedup = self.speedup
-        return {
-            "settings": self.settings.to_dict(),
-            "before": round(self.before, 3),
-            "after": round(self.after, 3),
-            "speedup": None if speedup is None else round(speedup, 3),
-            "verdict": self.verdict,
-            "helped": self.helped,
-            "spread": None if self.spread is None else [round(self.spread[0], 3), round(self.spread[1], 3)],
-            "window_pairs": self.pairs,
-            "busy_window_pairs": self.busy_pairs,
-            "before_outcome": self.before_outcome,
-            "after_outcome": self.after_outcome,
-            "before_startup_s": _rounded(self.before_startup_s, 3),
-            "after_startup_s": _rounded(self.after_startup_s, 3),
-            "other_processes_cores": _rounded(self.other_cores, 3),
-            "other_processes": [dataclasses.asdict(p) for p in self.other_processes],
-            "under_load": self.under_load,
-            "note": self.note,
-            "source": self.source,
-            "after_recording": None if self.after_recording is None else self.after_recording.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verification:
-        """The Verification whose to_dict() is `data` (its speedup, helped and share_of_limit recomputed)."""
-        return dataclass_from_written(cls, data, _VERIFICATION_KEYS)
 
 
 @dataclass
@@ -285,7 +145,7 @@ class LoaderReport:
         written = verification.to_dict()
         after_recording = written.pop("after_recording")
         share = share_of_limit(self.fixed_rate, self.limit)
-        return {**written, "share_of_limit": _rounded(share, 3), "after_recording": after_recording}
+        return {**written, "share_of_limit": rounded(share, 3), "after_recording": after_recording}
 
 
 @dataclass

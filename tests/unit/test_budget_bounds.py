@@ -105,6 +105,7 @@ def test_the_command_line_refuses_a_step_longer_than_the_budget_at_once(command,
     assert "a training step of 1e+09 ms is longer than the budget of 5 s" in err
 
 
+@pytest.mark.workers
 def test_check_of_a_module_stuck_on_import_ends_with_where_it_sleeps(tmp_path):
     path = _write(tmp_path, "stuck_on_import", SLEEPS_ON_IMPORT)
     done = subprocess.run(

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from loaderdoctor.history.degradation import run_degradation
 from loaderdoctor.history.records import RunRecord
 from loaderdoctor.host.snapshot import HostSnapshot
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import OtherProcess, StrayProcess
-from loaderdoctor.rules.degradation import run_degradation
 
 GIB = 2**30
 SETTINGS = Settings(num_workers=2, persistent_workers=True)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.rules import diagnose
 from loaderdoctor.tap import iterator as tap_module
 from loaderdoctor.tap.fingerprints import EpochTally, sample_fingerprints
 from loaderdoctor.tap.iterator import BatchDelivered, EpochEnded, Event, IteratorCreated, Tap
-from loaderdoctor.watch.recorder import LoaderFacts, RunRecorder
+from loaderdoctor.watch.recorder import RunRecorder
 
 
 class Clock:
@@ -33,14 +34,13 @@ class Stream(IterableDataset):
 
 def _recorder(clock: Clock, workers: int = 2) -> RunRecorder:
     facts = LoaderFacts(
-        settings=Settings(num_workers=workers),
         batch_size=4,
         batches_per_epoch=None,  # a stream without len(): only the fingerprints can tell
         iterable=True,
         dataset="Stream",
         dataset_len=None,
     )
-    return RunRecorder(facts, clock=clock)
+    return RunRecorder(facts, Settings(num_workers=workers), clock=clock)
 
 
 def _batches(samples: int, copies: int) -> list[list[int]]:

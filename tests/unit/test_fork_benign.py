@@ -10,8 +10,8 @@ import threading
 import pytest
 from recordings import make_iterators, make_recording
 
-from loaderdoctor.host import forksafety
-from loaderdoctor.host.forksafety import ForkHazards, is_benign, other_threads
+from loaderdoctor.host import forkhazards
+from loaderdoctor.host.forkhazards import ForkHazards, is_benign, other_threads
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import AliveThread, IteratorFacts
 from loaderdoctor.rules.safety import fork_unsafe
@@ -86,7 +86,7 @@ def test_lightnings_installed_observer_is_recognised_from_its_class():
     from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
 
     observer = _ChildProcessObserver(main_pid=os.getpid(), child_processes=[])
-    runs, package = forksafety._entry_point(observer, {})
+    runs, package = forkhazards._entry_point(observer, {})
     assert package == "lightning"
     assert runs.startswith("lightning/fabric/strategies/launchers/subprocess_script.py:")
     assert runs.endswith(" in _ChildProcessObserver.run")

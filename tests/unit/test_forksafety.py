@@ -13,15 +13,10 @@ import torch
 from recordings import make_iterators, make_recording
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.host import forksafety
-from loaderdoctor.host.forksafety import (
-    ForkHazards,
-    forkserver_blocker,
-    iterator_facts,
-    other_threads,
-    safe_start_method,
-)
+from loaderdoctor.host import forkhazards
+from loaderdoctor.host.forkhazards import ForkHazards, iterator_facts, other_threads
 from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.recording.forksafety import forkserver_blocker, safe_start_method
 
 
 class Squares(Dataset):
@@ -73,8 +68,8 @@ def test_compile_workers_are_counted_from_the_children(monkeypatch):
                 Child(["python", "-c", "from multiprocessing.spawn import spawn_main"]),
             ]
 
-    monkeypatch.setattr(forksafety.psutil, "Process", Me)
-    assert forksafety.compile_workers() == 1
+    monkeypatch.setattr(forkhazards.psutil, "Process", Me)
+    assert forkhazards.compile_workers() == 1
 
 
 def test_a_thread_is_named_with_where_it_runs():
@@ -120,7 +115,7 @@ def test_a_library_thread_is_named_by_its_package():
     from loaderdoctor.recording.record import AliveThread
 
     path = "/venv/lib/python3.11/site-packages/tqdm/_monitor.py"
-    assert forksafety._package_of(path) == "tqdm"
+    assert forkhazards._package_of(path) == "tqdm"
     thread = AliveThread("tqdm_monitor", "tqdm/_monitor.py:60 in run", "tqdm")
     assert thread.describe() == "tqdm_monitor, a thread of tqdm running tqdm/_monitor.py:60 in run"
 

@@ -6,7 +6,7 @@ import pytest
 
 from loaderdoctor.guard.ladder import escalation, next_rung
 from loaderdoctor.guard.safe import persistent_workers_change, start_method_change
-from loaderdoctor.host.forksafety import ForkHazards
+from loaderdoctor.host.forkhazards import ForkHazards
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import AliveThread, IteratorFacts
 

@@ -38,6 +38,7 @@ def test_a_pid_reused_by_another_process_is_not_the_training_process():
 
 
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
+@pytest.mark.workers
 def test_the_wait_ends_when_the_process_ends_even_unreaped(monkeypatch, pidfd):
     if pidfd and not hasattr(os, "pidfd_open"):
         pytest.skip("no pidfd_open here")

@@ -20,8 +20,9 @@ from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import DataLoader as GuardedDataLoader
 from loaderdoctor.guard import children, guard
 from loaderdoctor.guard.loader import stall_policy
-from loaderdoctor.tap.iterator import exited_workers, is_worker_death
+from loaderdoctor.tap.iterator import is_worker_death
 from loaderdoctor.tap.watchdog import StallPolicy
+from loaderdoctor.workers.processes import exited_workers
 
 
 class Pairs(Dataset):
@@ -220,6 +221,7 @@ def handler_state(monkeypatch):
     return children
 
 
+@pytest.mark.workers
 def test_a_guarded_workers_death_outside_next_is_kept_for_later(handler_state, ended_children):
     killed, _ = ended_children
     owner = _Owner()
@@ -229,6 +231,7 @@ def test_a_guarded_workers_death_outside_next_is_kept_for_later(handler_state, e
     assert owner.died == "torch's words, whatever they are"
 
 
+@pytest.mark.workers
 def test_a_guarded_workers_death_inside_its_next_raises_there(handler_state, ended_children):
     killed, _ = ended_children
     owner = _Owner()
@@ -239,6 +242,7 @@ def test_a_guarded_workers_death_inside_its_next_raises_there(handler_state, end
         children._on_sigchld(17, None, previous)
 
 
+@pytest.mark.workers
 def test_another_loaders_worker_death_raises_as_before(handler_state, ended_children):
     # The guarded worker ended cleanly (exit status 0, as at shutdown): the death torch reports is not its.
     _, clean = ended_children

@@ -331,6 +331,7 @@ def _write_runs(path: str, writer: int, start: multiprocessing.synchronize.Barri
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.workers
 def test_many_processes_writing_at_once_lose_no_run(tmp_path):
     path = tmp_path / "shared" / "history.sqlite3"  # not there yet: the writers race to create it too
     # fork: the writers start at once, not after each has imported torch again on a loaded machine; each still

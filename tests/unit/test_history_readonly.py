@@ -56,6 +56,7 @@ def _read_only_view(folder: Path, at: Path) -> Iterator[Path]:
         yield at / FILE_NAME
 
 
+@pytest.mark.workers
 def test_a_history_on_a_read_only_mount_is_read_and_a_write_says_why_it_was_not_kept(tmp_path):
     written = _written(tmp_path / "home")
     with _read_only_view(written.parent, tmp_path / "ro") as path:
@@ -71,6 +72,7 @@ def test_a_history_on_a_read_only_mount_is_read_and_a_write_says_why_it_was_not_
     assert len(load_runs(path=written)) == 2  # nothing lost
 
 
+@pytest.mark.workers
 def test_history_compare_and_report_read_a_history_on_a_read_only_mount(tmp_path, monkeypatch, capsys):
     written = _written(tmp_path / "home")
     with _read_only_view(written.parent, tmp_path / "ro") as path:
@@ -81,6 +83,7 @@ def test_history_compare_and_report_read_a_history_on_a_read_only_mount(tmp_path
             assert "error" not in captured.err and "resnet" in captured.out, argv
 
 
+@pytest.mark.workers
 def test_a_history_on_a_full_disk_is_read_and_a_write_says_the_disk_is_full(tmp_path):
     disk = tmp_path / "disk"
     with _mounted("-t", "tmpfs", "-o", "size=256k", "tmpfs", at=disk):

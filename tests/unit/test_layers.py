@@ -37,8 +37,8 @@ def _part(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _module_name(path: Path) -> str:
-    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+def _module_name(path: Path, package: Path) -> str:
+    relative = path.relative_to(package.parent).with_suffix("")
     return ".".join(relative.parts)
 
 
@@ -46,7 +46,7 @@ def imports_running_back_up(package: Path = PACKAGE) -> list[str]:
     """Each import of a module of `package` from a layer above its own, as 'importer -> imported'."""
     found = []
     for path in sorted(package.rglob("*.py")):
-        importer = _module_name(path)
+        importer = _module_name(path, package)
         own = LAYER_OF.get(_part(importer))
         if own is None:
             found.append(f"{importer}: its folder or module is in no layer")

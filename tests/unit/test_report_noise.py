@@ -180,6 +180,7 @@ def _busy_process(tmp_path) -> subprocess.Popen:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.workers
 def test_a_real_process_with_a_password_in_its_arguments_leaves_no_trace_of_it(tmp_path, monkeypatch):
     """A busy process started with --db-password=...: OtherLoad and the stray-worker scan name it by its
     program, and neither the report's JSON nor the history's file holds the password."""

@@ -13,13 +13,14 @@ from recordings import make_recording
 
 from loaderdoctor.cli import main
 from loaderdoctor.errors import StopMeasuring, UsageError
+from loaderdoctor.loader.facts import LoaderFacts, loader_facts
 from loaderdoctor.recording.record import StackFrame, Stall, WorkerStack
 from loaderdoctor.rules.distributed import distributed_sampler, shared_share
 from loaderdoctor.scale import join
 from loaderdoctor.scale.job import RankJob, Topology, endpoint_parts
-from loaderdoctor.scale.rank import RankStep, loader_facts
+from loaderdoctor.scale.rank import RankStep
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport
-from loaderdoctor.scale.results import LaunchResult, LoaderFacts, RankFailure, RankLoader, RankResult
+from loaderdoctor.scale.results import LaunchResult, RankFailure, RankLoader, RankResult
 from loaderdoctor.scale.run import rank_counts, scale
 
 
@@ -224,11 +225,11 @@ def test_a_loaders_facts_name_its_sampler_and_the_indices_it_gives(group_of_one)
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     data = TensorDataset(torch.arange(10))
-    facts = loader_facts(DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False)))
+    facts = loader_facts(DataLoader(data, batch_size=4, sampler=DistributedSampler(data, shuffle=False)), indices=True)
     assert (facts.sampler, facts.distributed, facts.batches_per_epoch, facts.dataset_len) == (
         "DistributedSampler", True, 3, 10,
     )  # fmt: skip
     assert facts.indices == list(range(10))
-    plain = loader_facts(DataLoader(data, batch_size=4, shuffle=True))
+    plain = loader_facts(DataLoader(data, batch_size=4, shuffle=True), indices=True)
     assert (plain.sampler, plain.distributed) == ("RandomSampler", False)
     assert sorted(plain.indices or []) == list(range(10))

@@ -47,6 +47,7 @@ def test_a_handler_set_over_ours_still_reaches_the_one_before_and_a_reinstall_ma
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.workers
 def test_child_deaths_are_quiet_in_the_block_and_the_handler_back_after_it():
     """torch's SIGCHLD handler raises a dead worker's error wherever the main thread is: while a run's watches
     close, it is not called (a child ended then is still there to be waited on), and it is back after."""

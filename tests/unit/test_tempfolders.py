@@ -73,6 +73,7 @@ def test_only_the_tools_own_names_are_made():
         make_private_folder("pymp-")
 
 
+@pytest.mark.workers
 def test_a_dead_owners_folder_is_swept_and_nothing_else(tmp_path):
     dead = _dead_pid()
     stale = _folder_of(tmp_path, "loaderdoctor-stacks-dead", _marker_of(dead))
@@ -91,6 +92,7 @@ def test_a_dead_owners_folder_is_swept_and_nothing_else(tmp_path):
         assert (kept / "a-worker-file.txt").exists(), kept
 
 
+@pytest.mark.workers
 def test_a_symlink_to_a_stale_looking_folder_is_not_followed(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -107,6 +109,7 @@ def test_a_symlink_to_a_stale_looking_folder_is_not_followed(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder that belongs to another user")
+@pytest.mark.workers
 def test_another_users_folder_is_not_touched(tmp_path):
     theirs = _folder_of(tmp_path, "loaderdoctor-stacks-theirs", _marker_of(_dead_pid()))
     os.chown(theirs, 65534, 65534)
@@ -118,6 +121,7 @@ def test_another_users_folder_is_not_touched(tmp_path):
     assert (theirs / "a-worker-file.txt").exists() and (ours_but_their_marker / "a-worker-file.txt").exists()
 
 
+@pytest.mark.workers
 def test_a_process_killed_with_its_folder_has_it_swept_by_the_next_one(tmp_path):
     environ = {**os.environ, "TMPDIR": str(tmp_path)}
     make = (

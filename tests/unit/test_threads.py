@@ -158,6 +158,7 @@ for number, batch in enumerate(loader):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.workers
 def test_a_process_that_ends_right_after_leaving_an_epoch_exits_cleanly():
     # Measured: with the stopped threads left to end alone, the process aborted in 3 runs of 3 ("terminate called
     # without an active exception", SIGABRT).

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.plain.words import duration, money
 from loaderdoctor.recording.rates import delivered_batches, training_rate
@@ -13,7 +14,7 @@ from loaderdoctor.recording.record import wait_fraction
 from loaderdoctor.rules import diagnose
 from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated
 from loaderdoctor.watch.progress import Progress, epoch_line, eta_s, progress_line
-from loaderdoctor.watch.recorder import LoaderFacts, RunRecorder
+from loaderdoctor.watch.recorder import RunRecorder
 
 
 class Clock:
@@ -26,14 +27,13 @@ class Clock:
 
 def _recorder(clock: Clock, *, batches_per_epoch: int | None = 10, workers: int = 0, **kwargs) -> RunRecorder:
     facts = LoaderFacts(
-        settings=Settings(num_workers=workers),
         batch_size=4,
         batches_per_epoch=batches_per_epoch,
         iterable=False,
         dataset="Toy",
         dataset_len=40,
     )
-    return RunRecorder(facts, clock=clock, **kwargs)
+    return RunRecorder(facts, Settings(num_workers=workers), clock=clock, **kwargs)
 
 
 def _loop(recorder: RunRecorder, clock: Clock, *, epoch: int, batches: int, wait_s: float, step_s: float) -> None:

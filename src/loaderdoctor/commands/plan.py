@@ -9,8 +9,8 @@ import math
 from rich.console import Console
 
 from loaderdoctor.commands.arguments import add_json_arg, count
+from loaderdoctor.loader.ddp import ddp_plan
 from loaderdoctor.render import plan as plan_render
-from loaderdoctor.scale.plan import ddp_plan
 
 NAME = "plan"
 SCHEMA = "loaderdoctor.plan/1"

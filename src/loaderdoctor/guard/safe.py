@@ -6,8 +6,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoctor.host.forksafety import ForkHazards, forkserver_blocker
+from loaderdoctor.host.forkhazards import ForkHazards
 from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.recording.forksafety import forkserver_blocker
 
 log = logging.getLogger("loaderdoctor")
 

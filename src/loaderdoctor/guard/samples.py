@@ -34,6 +34,7 @@ import tempfile
 import traceback
 from typing import Any
 
+from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.loader.indexed import IndexedDataset, SampleFailure, parse_sample_failures
 from loaderdoctor.workers.inhand import InHand
 
@@ -218,10 +219,7 @@ class GuardedSamples(IndexedDataset):
             start = operator.index(index)
         except TypeError:
             return None
-        try:
-            size: int | None = len(self.inner)
-        except TypeError:
-            size = None
+        size = length_or_none(self.inner)
         tries = MAX_REPLACEMENT_TRIES if size is None else min(MAX_REPLACEMENT_TRIES, size - 1)
         for step in range(1, tries + 1):
             candidate = start + step if size is None else (start + step) % size

@@ -27,6 +27,7 @@ import torch
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.plan import plan_generators
 from loaderdoctor.guard.streams import stream_count
+from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.plain.words import plural
 
 if TYPE_CHECKING:
@@ -66,11 +67,9 @@ _HINT = "load a state_dict() taken from a guarded loader built the same way (dat
 
 
 def dataset_length(loader: DataLoader) -> int | None:
-    """The length of the loader's dataset, or None when it has none."""
-    try:
-        return len(loader.dataset)
-    except TypeError:  # a map-style dataset without __len__, read through its own sampler
-        return None
+    """The length of the loader's dataset, or None when it has none (a map-style dataset without __len__, read
+    through its own sampler)."""
+    return length_or_none(loader.dataset)
 
 
 def _whole(value: Any) -> bool:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.history.changes import ranked_changes
+from loaderdoctor.history.figures import Change
 from loaderdoctor.history.records import RunRecord
-from loaderdoctor.rules.runchanges import ranked_changes
-from loaderdoctor.rules.runfigures import Change
 
 SCHEMA = "loaderdoctor.compare/1"
 _SETTINGS_ORDER = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "start_method", "backend")

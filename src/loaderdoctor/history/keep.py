@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoctor.errors import LoaderDoctorError
+from loaderdoctor.history.degradation import run_degradation
 from loaderdoctor.history.records import RunRecord, now_iso, run_record
 from loaderdoctor.history.store import HistoryWarning, history_path, load_runs, save_run
-from loaderdoctor.report import SEVERITIES, Finding, LoaderReport
+from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import order
-from loaderdoctor.rules.degradation import run_degradation
+from loaderdoctor.rules.finding import SEVERITIES, Finding
 
 # Earlier runs of the same name read for the comparison (the rule takes the latest comparable ones of them).
 EARLIER_RUNS = 50

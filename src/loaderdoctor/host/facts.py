@@ -12,13 +12,50 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
 import psutil
 import torch
 
-from loaderdoctor.recording.record import HostFacts, OtherProcess, StrayProcess
+
+@dataclass
+class StrayProcess:
+    """A process that looks like a DataLoader worker left behind by an earlier run."""
+
+    pid: int
+    cmdline: str
+    cpu_percent: float
+    age_s: float
+
+
+@dataclass
+class HostFacts:
+    """The machine as the loader sees it."""
+
+    cpu_count: int
+    usable_cores: float  # affinity mask and cgroup quota taken into account
+    affinity_cores: int
+    cgroup_cpu_quota: float | None
+    shm_free_bytes: int | None
+    shm_total_bytes: int | None
+    open_fds: int | None
+    fd_soft_limit: int | None
+    sharing_strategy: str
+    local_ranks: int
+    accelerator: str | None  # "cuda" when one is usable, else None
+    stray_workers: list[StrayProcess] = field(default_factory=list)
+
+
+@dataclass
+class OtherProcess:
+    """A process outside this run (not the training process or its workers) that took CPU while it ran."""
+
+    pid: int
+    cmdline: str
+    cores: float  # CPU seconds per second of the run
+
 
 # Threads loaderdoctor starts are named with this prefix, so they are never counted as the user's.
 OWN_THREAD_PREFIX = "loaderdoctor-"

@@ -18,8 +18,8 @@ import psutil
 import torch
 
 from loaderdoctor.host import facts as host
+from loaderdoctor.host.facts import OtherProcess, StrayProcess
 from loaderdoctor.plain.data import dataclass_from_dict
-from loaderdoctor.recording.record import OtherProcess, StrayProcess
 
 logger = logging.getLogger("loaderdoctor")
 

@@ -12,7 +12,7 @@ from types import TracebackType
 
 import torch
 
-from loaderdoctor.recording.record import StackFrame
+from loaderdoctor.plain.frames import StackFrame
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep  # the package's root
 _SCENARIOS_DIR = _OWN_DIR + "scenarios" + os.sep

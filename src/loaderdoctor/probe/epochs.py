@@ -16,9 +16,10 @@ from loaderdoctor.plain.usercode import describe_exception
 from loaderdoctor.recording.record import EpochRecord, Recording, SampleError
 from loaderdoctor.tap.fingerprints import EpochTally
 from loaderdoctor.tap.interrupt import Interrupted, MainThreadInterrupter
-from loaderdoctor.tap.iterator import Tap, TapIterator, exited_workers, is_worker_death, starts_workers
+from loaderdoctor.tap.iterator import Tap, TapIterator, is_worker_death, starts_workers
 from loaderdoctor.workers.deaths import worker_death
 from loaderdoctor.workers.inhand import InHand
+from loaderdoctor.workers.processes import exited_workers
 
 # A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
 _MAX_CONSECUTIVE_FAILURES = 50

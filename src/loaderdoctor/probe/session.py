@@ -14,15 +14,16 @@ from typing import Any
 
 from loaderdoctor.errors import StopMeasuring
 from loaderdoctor.host.facts import OtherLoad, host_facts
-from loaderdoctor.host.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.loader.datasetcopy import own_copy
+from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.loader.indexed import IndexedDataset
 from loaderdoctor.loader.pickling import pickled_bytes
 from loaderdoctor.loader.settings import LoaderSpec, Settings, quiet_worker_count_advice
 from loaderdoctor.loader.workload import Step
 from loaderdoctor.probe.budget import deadline_allowance
 from loaderdoctor.probe.epochs import EpochLoop, close_iterator
+from loaderdoctor.recording.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.recording.rates import epoch_overhead_s, first_startup_s
 from loaderdoctor.recording.record import BatchRecord, Recording, Stall, Window, WorkerStack
 from loaderdoctor.tap.fingerprints import EpochTally
@@ -96,13 +97,13 @@ class ProbeSession(EpochLoop):
             settings=settings,
             start_method=start_method,
             batch_size=spec.batch_size,
-            batches_per_epoch=_length(spec, settings),
+            batches_per_epoch=length_or_none(spec.build(settings.replace(num_workers=0))),
             iterable=spec.is_iterable,
             step_s=None,
             budget_s=0.0,
             host=host_facts(),
             dataset=type(spec.dataset).__name__,
-            dataset_len=_sized_len(spec.dataset),
+            dataset_len=length_or_none(spec.dataset),
         )
         if start_method in ("spawn", "forkserver"):
             self.rec.pickled_dataset_bytes = pickled_bytes(spec, start_method)
@@ -375,17 +376,3 @@ class ProbeSession(EpochLoop):
         if (forks and recorded_hazards(rec)) or rec.outcome != "completed":
             rec.forkserver_blocker = forkserver_blocker(self.spec)
         return rec
-
-
-def _sized_len(obj: Any) -> int | None:
-    try:
-        return len(obj)
-    except TypeError:
-        return None
-
-
-def _length(spec: LoaderSpec, settings: Settings) -> int | None:
-    try:
-        return len(spec.build(settings.replace(num_workers=0)))
-    except TypeError:
-        return None

@@ -38,10 +38,11 @@ from loaderdoctor.loader.workload import Step
 from loaderdoctor.plain.words import plural
 from loaderdoctor.probe.budget import deadline_allowance
 from loaderdoctor.probe.session import ProbeProgress, ProbeSession
+from loaderdoctor.probe.verification import Verification
 from loaderdoctor.recording.rates import first_startup_s, training_rate
 from loaderdoctor.recording.record import OtherProcess, Recording, Window, steady_batches
 from loaderdoctor.recording.usage import BUSY_OTHER_CORES, other_cores
-from loaderdoctor.report import Finding, Verification
+from loaderdoctor.rules.finding import Finding
 from loaderdoctor.tap.watchdog import StallPolicy
 
 log = logging.getLogger("loaderdoctor")

@@ -8,68 +8,18 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+# The parts of a Recording that lower layers produce live in those layers; the layers above may import them
+# from here too (`X as X`: kept for them alone, unused here).
+from loaderdoctor.host.facts import HostFacts, OtherProcess
+from loaderdoctor.host.facts import StrayProcess as StrayProcess
+from loaderdoctor.host.forkhazards import AliveThread as AliveThread
+from loaderdoctor.host.forkhazards import IteratorFacts
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.plain.data import dataclass_from_dict
+from loaderdoctor.plain.frames import StackFrame as StackFrame
 from loaderdoctor.workers.activity import WorkerActivity
-
-
-@dataclass
-class StrayProcess:
-    """A process that looks like a DataLoader worker left behind by an earlier run."""
-
-    pid: int
-    cmdline: str
-    cpu_percent: float
-    age_s: float
-
-
-@dataclass
-class HostFacts:
-    """The machine as the loader sees it."""
-
-    cpu_count: int
-    usable_cores: float  # affinity mask and cgroup quota taken into account
-    affinity_cores: int
-    cgroup_cpu_quota: float | None
-    shm_free_bytes: int | None
-    shm_total_bytes: int | None
-    open_fds: int | None
-    fd_soft_limit: int | None
-    sharing_strategy: str
-    local_ranks: int
-    accelerator: str | None  # "cuda" when one is usable, else None
-    stray_workers: list[StrayProcess] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class AliveThread:
-    """A thread of the main process other than the main one and loaderdoctor's own."""
-
-    name: str
-    runs: str  # where it runs: its entry point, "tqdm/_monitor.py:60 in TMonitor.run"; "" when unknown
-    package: str | None = None  # the installed package of that code ("tqdm"); None for the user's own code
-
-    def describe(self) -> str:
-        """'tqdm_monitor, a thread of tqdm running tqdm/_monitor.py:60 in run'."""
-        owner = f", a thread of {self.package}" if self.package else ""
-        where = f" running {self.runs}" if self.runs else ""
-        return f"{self.name}{owner}{where}"
-
-
-@dataclass
-class IteratorFacts:
-    """What held in the main process when an iterator (and so its workers) was created: what runs there,
-    not what is imported (see forksafety.py)."""
-
-    epoch: int
-    start_method: str | None
-    threads: list[AliveThread]  # the other threads alive in the main process, loaderdoctor's own excluded
-    cuda_initialized: bool
-    compiled_frames: int = 0  # frames torch.compile had compiled in this process
-    compile_workers: int = 0  # processes of inductor's compile pool alive
-    # OS threads Python did not start (OpenMP, BLAS, CUDA pools...): usually harmless to fork, since torch gives
-    # each worker one thread, but a worker that enlarges its pool again can hang on the copied pool's state.
-    native_threads: int = 0
+from loaderdoctor.workers.deaths import WorkerDeath
+from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
 
 
 @dataclass
@@ -114,38 +64,6 @@ class BatchRecord:
 
 
 @dataclass
-class WorkerSample:
-    t_s: float  # seconds since the run started
-    pid: int
-    uss_bytes: int
-    rss_bytes: int
-    cpu_s: float
-    threads: int
-    # Seconds its threads were runnable but waiting for a CPU, since it started (schedstat's run delay); None
-    # where the kernel does not count it, and in reports saved before it was recorded.
-    run_delay_s: float | None = None
-
-
-@dataclass
-class HostSample:
-    """The whole machine's CPU and the training process's at one moment, to tell other processes' load apart."""
-
-    t_s: float  # seconds since the run started
-    busy_cpu_s: float  # CPU seconds all processes of the machine have used, since boot
-    main_cpu_s: float  # CPU seconds the training process has used (all its threads), since it started
-    main_run_delay_s: float | None = None  # seconds its threads were runnable but not running (None: not counted)
-
-
-@dataclass
-class OtherProcess:
-    """A process outside this run (not the training process or its workers) that took CPU while it ran."""
-
-    pid: int
-    cmdline: str
-    cores: float  # CPU seconds per second of the run
-
-
-@dataclass
 class Window:
     """A stretch of steady running (after start-up) whose batches are compared with another's."""
 
@@ -163,29 +81,6 @@ class SampleError:
 
 
 @dataclass
-class StackFrame:
-    file: str
-    line: int
-    function: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}"
-
-
-@dataclass
-class WorkerStack:
-    pid: int  # the worker's pid; the main process's own pid when loading ran there
-    frames: list[StackFrame]  # innermost first
-    stuck_frame: StackFrame | None  # the innermost frame in the user's code
-
-    def stuck_at(self) -> str | None:
-        """Where this process is stuck, as every report words it: "pid N at FRAME", with the innermost frame of
-        the user's code, else the innermost frame; None without frames."""
-        frame = self.stuck_frame or (self.frames[0] if self.frames else None)
-        return None if frame is None else f"pid {self.pid} at {frame}"
-
-
-@dataclass
 class Stall:
     epoch: int
     batch: int  # the batch that never came
@@ -200,17 +95,6 @@ class Stall:
     def hung(self) -> bool:
         """Whether this was a hang, not a slow batch that outlasted the budget while workers still computed."""
         return not self.over_budget or self.workers_cpu_idle is True
-
-
-@dataclass
-class WorkerDeath:
-    epoch: int
-    batch: int
-    message: str
-    pid: int | None = None  # the worker that ended (the first, when several did); None when unknown
-    exitcode: int | None = None  # its exit status: -N when signal N ended it (-11 SIGSEGV, -9 SIGKILL)
-    index: int | None = None  # the dataset index it was loading (map-style datasets), None when it held none
-    oom_kill: bool | None = None  # whether the OOM killer acted meanwhile (its cgroup count rose); None: unknown
 
 
 @dataclass

@@ -171,7 +171,7 @@ def short_value(value: Any) -> str:
     return str(value)
 
 
-# How each verdict on a fix is headed (see report.VERDICTS), and the mark and style of each head.
+# How each verdict on a fix is headed (see VERDICTS in probe/verification.py), and the mark and style of each head.
 VERDICT_HEADS = {
     "faster": "verified fix",
     "quicker-start": "verified fix",

@@ -9,8 +9,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from loaderdoctor.loader.ddp import DdpPlan, SameEffectiveBatch
 from loaderdoctor.plain.words import plural
-from loaderdoctor.scale.plan import DdpPlan, SameEffectiveBatch
 
 
 def render(plan: DdpPlan | dict[str, Any], console: Console) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loaderdoctor.recording.record import Recording
-from loaderdoctor.report import SEVERITIES, Finding
 from loaderdoctor.rules.crash import worker_crash
 from loaderdoctor.rules.data import duplicate_samples, sample_errors
 from loaderdoctor.rules.distributed import set_epoch_never_called
+from loaderdoctor.rules.finding import SEVERITIES, Finding
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
 from loaderdoctor.rules.locks import lock_contention
 from loaderdoctor.rules.memory import memory_growth, pin_memory

@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 
 from loaderdoctor.recording.record import Recording, WorkerDeath
-from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import mb, samples_by_worker
+from loaderdoctor.rules.finding import Finding
 from loaderdoctor.workers.deaths import CRASH_SIGNALS, signal_name
 
 SKIP_SNIPPET = """\

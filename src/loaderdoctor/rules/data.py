@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from loaderdoctor.recording.record import Recording
-from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
+from loaderdoctor.rules.finding import Finding
 
 SHOWN_INDICES = 20
 # Workers repeat one stream when at least this share of the samples seen are copies of others (with 2 workers

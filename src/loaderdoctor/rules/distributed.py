@@ -1,14 +1,14 @@
 """Rules about how a distributed run's ranks split and shuffle the samples (distributed-sampler): across the
-ranks of scale, from what each rank's loader is and gave (scale.results.LoaderFacts); and in a watched run, from
+ranks of scale, from what each rank's loader is and gave (loader.facts.LoaderFacts); and in a watched run, from
 the epochs its sampler held (a shuffle that never changes because set_epoch() is never called)."""
 
 from __future__ import annotations
 
+from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.record import Recording
-from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent
-from loaderdoctor.scale.results import LoaderFacts
+from loaderdoctor.rules.finding import Finding
 
 # Ranks that share more than this of their samples load the same data: a split leaves only its padding.
 DUPLICATE_SHARE = 0.5

@@ -9,7 +9,6 @@ from loaderdoctor.host.facts import program_name
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.record import Recording, mean_batch_bytes, wait_fraction
 from loaderdoctor.recording.usage import loading_cpu
-from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     CRITICAL_TIME_SHARE,
     DEFAULT_PREFETCH_FACTOR,
@@ -20,6 +19,7 @@ from loaderdoctor.rules._common import (
     settings_snippet,
     threads_per_worker,
 )
+from loaderdoctor.rules.finding import Finding
 
 # Thread pools this many times the cores compete whatever else is measured.
 MAX_THREADS_PER_CORE = 4

@@ -9,12 +9,12 @@ there, and a lock they wait on briefly between idle stretches still costs each s
 
 from __future__ import annotations
 
-from loaderdoctor.host.forksafety import recorded_hazards
 from loaderdoctor.plain.usercode import display_path
 from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.forksafety import recorded_hazards
 from loaderdoctor.recording.record import Recording, wait_fraction
-from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import percent, time_cost_severity
+from loaderdoctor.rules.finding import Finding
 from loaderdoctor.workers.activity import LockCalls, WorkerActivity, WorkerSite
 
 # A lock site counts when the workers were seen there this often, waiting this share of their busy time.

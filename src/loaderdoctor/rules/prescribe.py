@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from loaderdoctor.host.forksafety import safe_start_method
 from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.forksafety import safe_start_method
 from loaderdoctor.recording.record import Recording
-from loaderdoctor.report import Finding
+from loaderdoctor.rules.finding import Finding
 
 
 def prescribe(recording: Recording, findings: list[Finding]) -> Settings | None:

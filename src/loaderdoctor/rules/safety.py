@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from loaderdoctor.host.forksafety import recorded_hazards
+from loaderdoctor.recording.forksafety import recorded_hazards
 from loaderdoctor.recording.record import Recording
-from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import settings_snippet, workers_run_pools
+from loaderdoctor.rules.finding import Finding
 
 SAFE_START_CHANGE = {"start_method": "forkserver", "persistent_workers": True}
 

@@ -7,8 +7,8 @@ import math
 import statistics
 from typing import Any
 
-from loaderdoctor.host.forksafety import recorded_hazards
 from loaderdoctor.plain.words import plural
+from loaderdoctor.recording.forksafety import recorded_hazards
 from loaderdoctor.recording.record import (
     NOTABLE_DESCHEDULED_WAIT_S,
     Recording,
@@ -17,7 +17,6 @@ from loaderdoctor.recording.record import (
     wait_fraction,
 )
 from loaderdoctor.recording.usage import BUSY_OTHER_CORES, LoadingCpu, loading_cpu
-from loaderdoctor.report import Finding
 from loaderdoctor.rules._common import (
     COMPUTING_SHARE,
     CRITICAL_TIME_SHARE,
@@ -32,6 +31,7 @@ from loaderdoctor.rules._common import (
     steady_interval_s,
     time_cost_severity,
 )
+from loaderdoctor.rules.finding import Finding
 
 # Workers that wait on I/O: more of them than cores helps, up to a point where memory and open files cost
 # more than the extra reads in flight gain.

@@ -15,22 +15,22 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorError, StopMeasuring, UsageError
+from loaderdoctor.loader.facts import loader_facts
 from loaderdoctor.loader.settings import LoaderSpec
 from loaderdoctor.loader.workload import Step
 from loaderdoctor.plain.usercode import describe_exception
 from loaderdoctor.probe.budget import deadline_allowance, target_limit_s
 from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.scale.job import RankJob
-from loaderdoctor.scale.results import LoaderFacts, RankLoader, RankResult
+from loaderdoctor.scale.results import RankLoader, RankResult
 from loaderdoctor.tap.fingerprints import sample_fingerprints
 from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.target import resolve as targets
 
-# Indices of one epoch kept per rank to compare the ranks' samples, and fingerprints of delivered samples.
-MAX_INDICES = 200_000
+# Fingerprints of delivered samples kept per rank, to compare the ranks' samples beside their indices (loader/facts.py).
 MAX_FINGERPRINTS = 2048
 # The measuring window runs until the ranks agree to stop; this only bounds it should the votes never come.
 _WINDOW_LIMIT_FACTOR = 4.0
@@ -161,7 +161,7 @@ def _measure_loader(
 ) -> RankLoader:
     spec = LoaderSpec.from_loader(loader)
     step = RankStep(inner, budget_s, device)
-    facts = loader_facts(loader)
+    facts = loader_facts(loader, indices=True)
     session = None
     try:
         session = ProbeSession(spec, spec.settings, step=step, policy=StallPolicy(), lock_free=job.lock_free)
@@ -174,49 +174,6 @@ def _measure_loader(
             recording = session.close()
     facts.fingerprints = step.fingerprints
     return RankLoader(recording, facts, step.collective_error)
-
-
-def loader_facts(loader: DataLoader) -> LoaderFacts:
-    """How a rank's loader splits its samples: its sampler, its length, the indices of one epoch."""
-    sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    inner = getattr(sampler, "sampler", sampler)  # a BatchSampler's sampler picks the indices
-    distributed = isinstance(inner, DistributedSampler) or (hasattr(inner, "num_replicas") and hasattr(inner, "rank"))
-    iterable = isinstance(loader.dataset, torch.utils.data.IterableDataset)
-    try:
-        batches: int | None = len(loader)
-    except TypeError:
-        batches = None
-    try:
-        dataset_len: int | None = len(loader.dataset)  # type: ignore[arg-type]
-    except TypeError:
-        dataset_len = None
-    return LoaderFacts(
-        sampler=type(inner).__name__,
-        distributed=distributed,
-        iterable=iterable,
-        batches_per_epoch=batches,
-        dataset_len=dataset_len,
-        drop_last=bool(loader.drop_last),
-        indices=None if iterable else _epoch_indices(loader),
-    )
-
-
-def _epoch_indices(loader: DataLoader) -> list[int] | None:
-    """The dataset indices the loader's sampler gives in one epoch (at most MAX_INDICES), or None when they are
-    not plain integers. Drawing them takes a seed from the global generator, as an epoch would."""
-    indices: list[int] = []
-    source = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    try:
-        for item in source:
-            for index in item if isinstance(item, (list, tuple)) else [item]:
-                if not isinstance(index, int):
-                    return None
-                indices.append(index)
-                if len(indices) >= MAX_INDICES:
-                    return indices
-    except Exception:  # a sampler that cannot be walked outside its loader: the fingerprints still compare
-        return None
-    return indices
 
 
 def _gathered(result: RankResult) -> list[dict[str, Any]]:

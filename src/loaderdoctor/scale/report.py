@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.loader.ddp import DdpPlan
 from loaderdoctor.plain.data import dataclass_from_written
 from loaderdoctor.report import Finding, Verification
-from loaderdoctor.scale.plan import DdpPlan
 
 SCHEMA = "loaderdoctor.scale/1"
 

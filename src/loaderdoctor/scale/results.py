@@ -10,27 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.recording.record import Recording
-
-
-@dataclass
-class LoaderFacts:
-    """What one rank's loader is, beyond its Recording: how its samples are split between ranks."""
-
-    sampler: str  # the class of the sampler that picks the indices ("DistributedSampler", "RandomSampler")
-    distributed: bool  # whether that sampler splits the indices between ranks (it knows num_replicas and rank)
-    iterable: bool
-    batches_per_epoch: int | None  # len(loader): the steps this rank takes per epoch
-    dataset_len: int | None
-    drop_last: bool  # the DataLoader's: each rank's last partial batch dropped
-    # The dataset indices this rank's sampler gives in one epoch (map-style; at most MAX_INDICES), and the
-    # fingerprints of the first samples it delivered (see fingerprints.py): to compare with the other ranks.
-    indices: list[int] | None = None
-    fingerprints: list[int] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LoaderFacts:
-        return cls(**data)
 
 
 @dataclass

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from loaderdoctor.errors import LoaderDoctorError, UsageError
+from loaderdoctor.loader.ddp import DdpPlan, ddp_plan
 from loaderdoctor.probe.budget import check_budget, target_limit_s
 from loaderdoctor.probe.verify import MIN_SPEEDUP
 from loaderdoctor.report import Verification
@@ -14,7 +15,6 @@ from loaderdoctor.rules.locks import lock_free_provable
 from loaderdoctor.scale import join
 from loaderdoctor.scale.job import RankJob, Topology
 from loaderdoctor.scale.launch import launch
-from loaderdoctor.scale.plan import DdpPlan, ddp_plan
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport
 from loaderdoctor.scale.results import LaunchResult
 from loaderdoctor.target.resolve import check_target

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing.connection
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -14,9 +13,9 @@ import torch
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, IterableDataset
 
-from loaderdoctor.host.forksafety import iterator_facts
-from loaderdoctor.recording.record import IteratorFacts
+from loaderdoctor.host.forkhazards import IteratorFacts, iterator_facts
 from loaderdoctor.tap.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
+from loaderdoctor.workers.processes import exited_workers, worker_pids
 from loaderdoctor.workers.sampler import run_delay_s, thread_run_delay_s
 
 RECENT_BATCHES = 100  # the watchdog's yardstick is the slowest of the last 50 to 100 batches
@@ -118,30 +117,10 @@ def batch_samples(batch: Any, default: int) -> int:
     return default
 
 
-def worker_processes(iterator: Any) -> list[Any]:
-    """A DataLoader iterator's worker processes (multiprocessing.Process; none for single-process loading)."""
-    return [w for w in getattr(iterator, "_workers", []) if w.pid is not None]
-
-
-def worker_pids(iterator: Any) -> list[int]:
-    """The pids of a DataLoader iterator's worker processes (none for single-process loading)."""
-    return [w.pid for w in worker_processes(iterator)]
-
-
 def starts_workers(loader: DataLoader) -> bool:
     """Whether the loader's next iter() starts worker processes: persistent ones start only once."""
     persistent_alive = loader.persistent_workers and getattr(loader, "_iterator", None) is not None
     return loader.num_workers > 0 and not persistent_alive
-
-
-def exited_workers(iterator: Any, grace_s: float = 0.0) -> list[int]:
-    """The pids of a DataLoader iterator's workers whose process has ended, waiting up to grace_s for one to.
-    How a worker's death is known: from the processes, never from the words of torch's message."""
-    workers = worker_processes(iterator)
-    if not workers:
-        return []
-    ended = set(multiprocessing.connection.wait([w.sentinel for w in workers], timeout=grace_s))
-    return [w.pid for w in workers if w.sentinel in ended]
 
 
 # Where torch re-raises, in the main process, an exception the dataset (or collate_fn) raised in a worker.

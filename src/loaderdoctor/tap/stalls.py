@@ -7,10 +7,10 @@ from collections.abc import Callable
 from enum import Enum
 from threading import Thread
 
-from loaderdoctor.recording.record import WorkerStack
 from loaderdoctor.tap.interrupt import MainThreadInterrupter
 from loaderdoctor.tap.watchdog import StallNotice
 from loaderdoctor.workers.sampler import dump_worker_stacks, kill_workers, thread_stack
+from loaderdoctor.workers.samples import WorkerStack
 
 
 class Ended(Enum):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from types import TracebackType
 
-from loaderdoctor.recording.record import WorkerStack
 from loaderdoctor.tap.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.tap.signals import in_main_thread
 from loaderdoctor.workers.sampler import thread_stack
+from loaderdoctor.workers.samples import WorkerStack
 
 # After the limit, how often the main thread is interrupted again while it has not left the block (code that
 # catches every exception, or a signal that came between two calls of a C function that retries).

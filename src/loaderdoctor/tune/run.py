@@ -12,7 +12,6 @@ import psutil
 
 from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.host.facts import host_facts
-from loaderdoctor.host.forksafety import safe_start_method
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.loader.threads import threads_available
 from loaderdoctor.loader.workload import Step
@@ -20,6 +19,7 @@ from loaderdoctor.plain.words import plural
 from loaderdoctor.probe.budget import check_budget, target_limit_s
 from loaderdoctor.probe.session import ProbeProgress
 from loaderdoctor.probe.userstate import user_state_kept
+from loaderdoctor.recording.forksafety import safe_start_method
 from loaderdoctor.recording.record import Recording, mean_batch_bytes
 from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.target import resolve as targets

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from torch.utils.data import DataLoader
 
-from loaderdoctor.tap.iterator import worker_pids
+from loaderdoctor.workers.processes import worker_pids
 
 
 class WorkerCensus:

@@ -17,8 +17,9 @@ import psutil
 from torch.utils.data import DataLoader
 
 from loaderdoctor.history.records import now_iso
-from loaderdoctor.host.forksafety import iterator_facts
+from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.host.snapshot import take_snapshot
+from loaderdoctor.loader.facts import loader_facts
 from loaderdoctor.loader.settings import LoaderSpec
 from loaderdoctor.recording.record import IteratorFacts
 from loaderdoctor.report import LoaderReport
@@ -32,7 +33,7 @@ from loaderdoctor.tap.iterator import (
     batch_samples,
 )
 from loaderdoctor.watch.progress import Progress
-from loaderdoctor.watch.recorder import RunRecorder, loader_facts, sampler_epoch
+from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
 from loaderdoctor.watch.watched import finish_run
 
 Moment = tuple[float, float]  # (clock, the process's CPU seconds) at a hook
@@ -84,10 +85,10 @@ class HookedLoader:
         self.name = name
         self.loader = loaders[0]
         self.settings = LoaderSpec.from_loader(self.loader).settings
-        facts = dataclasses.replace(loader_facts(self.loader, self.settings), batches_per_epoch=batches_per_epoch)
+        facts = dataclasses.replace(loader_facts(self.loader), batches_per_epoch=batches_per_epoch)
         loader = self.loader
         self.recorder = RunRecorder(
-            facts, clock=clock, sampler_epoch=lambda: sampler_epoch(loader), is_death=self._is_death
+            facts, self.settings, clock=clock, sampler_epoch=lambda: sampler_epoch(loader), is_death=self._is_death
         )
         self.worker_pids: list[int] = []
         self.sampler = self.recorder.worker_sampler(lambda: self.worker_pids)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
-from loaderdoctor.host.forksafety import iterator_facts
+from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.render.console import render
 from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import LoaderReport, Report

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from loaderdoctor.host.forksafety import iterator_facts
+from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.recording.record import IteratorFacts
 from loaderdoctor.watch.census import WorkerCensus
 from loaderdoctor.watch.hooked import HookedLoader, Moment

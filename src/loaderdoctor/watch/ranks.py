@@ -22,12 +22,12 @@ from typing import Any
 import psutil
 
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.loader.ddp import DdpPlan, ddp_plan
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules import order
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port, signal_session
-from loaderdoctor.scale.plan import DdpPlan, ddp_plan
 from loaderdoctor.tap.signals import in_main_thread
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 from loaderdoctor.watch.script import Script, ScriptRun, run_script

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset
-from torch.utils.data.distributed import DistributedSampler
+from torch.utils.data import DataLoader
 
 from loaderdoctor.host.facts import OtherLoad, host_facts
+from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.loader.indexed import parse_sample_failures
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import BatchRecord, EpochRecord, Recording, SampleError, WorkerDeath
@@ -46,20 +46,6 @@ class EpochTally:
     seen: fingerprints.EpochTally = field(default_factory=fingerprints.EpochTally)  # its samples' fingerprints
 
 
-@dataclass(frozen=True)
-class LoaderFacts:
-    """What a recorder needs to know of the loader it records."""
-
-    settings: Settings
-    batch_size: int | None
-    batches_per_epoch: int | None
-    iterable: bool
-    dataset: str
-    dataset_len: int | None
-    drop_last: bool | None = None
-    sampler_drop_last: bool | None = None  # its DistributedSampler's; None without one
-
-
 def sampler_epoch(loader: DataLoader) -> int | None:
     """The epoch of the loader's shuffling sampler that has set_epoch() (DistributedSampler and its kind),
     None without one."""
@@ -72,30 +58,6 @@ def sampler_epoch(loader: DataLoader) -> int | None:
     return None
 
 
-def loader_facts(user_loader: DataLoader, settings: Settings) -> LoaderFacts:
-    """What a recorder needs to know of the user's loader, run with `settings`."""
-    dataset = user_loader.dataset
-    try:
-        length: int | None = len(user_loader)
-    except TypeError:
-        length = None
-    try:
-        dataset_len: int | None = len(dataset)  # type: ignore[arg-type]
-    except TypeError:
-        dataset_len = None
-    sampler = getattr(user_loader, "sampler", None)
-    return LoaderFacts(
-        settings=settings,
-        batch_size=user_loader.batch_size,
-        batches_per_epoch=length,
-        iterable=isinstance(dataset, IterableDataset),
-        dataset=type(dataset).__name__,
-        dataset_len=dataset_len,
-        drop_last=getattr(user_loader, "drop_last", None),
-        sampler_drop_last=bool(sampler.drop_last) if isinstance(sampler, DistributedSampler) else None,
-    )
-
-
 class RunRecorder:
     """Listens to a tap (or to events made alike from a trainer's hooks) and keeps the Recording of the run.
     `sampler_epoch` reads the loader's shuffling sampler's epoch at each iter(); `is_death(error)` tells a
@@ -104,6 +66,7 @@ class RunRecorder:
     def __init__(
         self,
         facts: LoaderFacts,
+        settings: Settings,
         *,
         clock: Callable[[], float] = time.perf_counter,
         sampler_epoch: Callable[[], int | None] = lambda: None,
@@ -119,7 +82,6 @@ class RunRecorder:
         self._is_death = is_death
         self._death = death
         self._max_batches = max_batches
-        settings = facts.settings
         self.rec = Recording(
             settings=settings,
             start_method=settings.effective_start_method,

@@ -22,6 +22,7 @@ from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.history.records import now_iso
 from loaderdoctor.host.facts import OWN_THREAD_PREFIX
 from loaderdoctor.host.snapshot import HostSnapshot, take_snapshot
+from loaderdoctor.loader.facts import loader_facts
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.limit import limit_words
@@ -31,7 +32,7 @@ from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose
 from loaderdoctor.tap.iterator import EpochEnded, Event, Tap, is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
-from loaderdoctor.watch.recorder import RunRecorder, loader_facts, sampler_epoch
+from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
 from loaderdoctor.workers.deaths import oom_kills, worker_death
 
 log = logging.getLogger("loaderdoctor")
@@ -117,7 +118,8 @@ class WatchRun:
         self.is_death = lambda error: is_worker_death(error, torch_iterator())
         oom_kills_before = oom_kills()
         self.recorder = RunRecorder(
-            loader_facts(user_loader, settings()),
+            loader_facts(user_loader),
+            settings(),
             sampler_epoch=lambda: sampler_epoch(user_loader),
             is_death=self.is_death,
             death=lambda epoch, index, error: worker_death(

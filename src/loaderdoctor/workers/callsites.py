@@ -26,8 +26,8 @@ from typing import Any
 
 import torch.utils.data._utils.worker
 
+from loaderdoctor.plain.frames import StackFrame
 from loaderdoctor.plain.usercode import is_user_frame
-from loaderdoctor.recording.record import StackFrame
 from loaderdoctor.workers.filelocks import FILE_LOCK_FUNCTIONS
 
 try:

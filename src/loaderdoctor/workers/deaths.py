@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loaderdoctor.recording.record import WorkerDeath
-from loaderdoctor.tap.iterator import exited_workers, worker_processes
+from loaderdoctor.workers.processes import exited_workers, worker_processes
 
 # Signals a process's own code raises on itself (a bad pointer, a failed assertion in native code): a sample that
 # ended a worker so is its cause. SIGKILL is not among them: the OOM killer picks whoever holds memory.
 CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
+
+
+@dataclass
+class WorkerDeath:
+    epoch: int
+    batch: int
+    message: str
+    pid: int | None = None  # the worker that ended (the first, when several did); None when unknown
+    exitcode: int | None = None  # its exit status: -N when signal N ended it (-11 SIGSEGV, -9 SIGKILL)
+    index: int | None = None  # the dataset index it was loading (map-style datasets), None when it held none
+    oom_kill: bool | None = None  # whether the OOM killer acted meanwhile (its cgroup count rose); None: unknown
 
 
 def _cgroup_paths() -> tuple[str | None, str | None]:

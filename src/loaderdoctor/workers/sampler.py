@@ -16,8 +16,9 @@ from pathlib import Path
 import psutil
 
 from loaderdoctor.host.facts import OWN_THREAD_PREFIX, thread_frames
+from loaderdoctor.plain.frames import StackFrame
 from loaderdoctor.plain.usercode import is_user_frame
-from loaderdoctor.recording.record import HostSample, StackFrame, WorkerSample, WorkerStack
+from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
 
 STACK_SIGNAL = signal.SIGUSR1
 _DUMP_WAIT_S = 1.0

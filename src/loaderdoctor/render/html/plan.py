@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
+from loaderdoctor.loader.ddp import DdpPlan
 from loaderdoctor.render.html.page import esc
 from loaderdoctor.render.plan import plan_view
-from loaderdoctor.scale.plan import DdpPlan
 
 
 def plan_block(plan: DdpPlan) -> str:

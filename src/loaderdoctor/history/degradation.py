@@ -1,20 +1,16 @@
 """run-degradation: a run slower than the earlier runs of its name, with what changed since them (measured in
-runchanges), likeliest cause first."""
+history/changes.py), likeliest cause first."""
 
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
 
-from loaderdoctor.report import Finding
+from loaderdoctor.history.changes import ranked_changes
+from loaderdoctor.history.figures import TAKES_CORES, Change, figure, number, takes_cores, usable_cores
+from loaderdoctor.history.processes import cores_taken_by_others
+from loaderdoctor.history.records import RunRecord
 from loaderdoctor.rules._common import percent
-from loaderdoctor.rules.runchanges import ranked_changes
-from loaderdoctor.rules.runfigures import TAKES_CORES, Change, figure, number, takes_cores, usable_cores
-from loaderdoctor.rules.runprocesses import cores_taken_by_others
-
-if TYPE_CHECKING:  # at run time the history imports this module, not the other way round
-    from loaderdoctor.history.records import RunRecord
-
+from loaderdoctor.rules.finding import Finding
 
 # A run is degraded below this share of its baseline's rate (the median of the runs compared), critical below
 # CRITICAL_SHARE; above it, the difference is within what identical runs on a shared machine swing by.

@@ -4,12 +4,9 @@ taking more cores than during the runs compared."""
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from loaderdoctor.host.facts import program_name
-from loaderdoctor.plain.words import plural
-from loaderdoctor.rules.host import CMDLINE_CHARS
-from loaderdoctor.rules.runfigures import (
+from loaderdoctor.history.figures import (
     HOST_LOAD,
     TAKES_CORES,
     Change,
@@ -19,9 +16,10 @@ from loaderdoctor.rules.runfigures import (
     takes_cores,
     usable_cores,
 )
-
-if TYPE_CHECKING:  # at run time the history imports the rules, not the other way round
-    from loaderdoctor.history.records import RunRecord
+from loaderdoctor.history.records import RunRecord
+from loaderdoctor.host.facts import program_name
+from loaderdoctor.plain.words import plural
+from loaderdoctor.rules.host import CMDLINE_CHARS
 
 # Below a tenth of a core a process is noise (OtherLoad names none below it); at most this many are named.
 NAMED_CORES = 0.1

@@ -1,15 +1,13 @@
 """What changed between a run and the earlier runs of the same name, each change measured and ranked likeliest
-cause first (rules/runfigures.py's tiers): the checks of the training step, the settings, the data, the machine
-and its load, and the wait share; the processes beside the run are rules/runprocesses.py's."""
+cause first (history/figures.py's tiers): the checks of the training step, the settings, the data, the machine
+and its load, and the wait share; the processes beside the run are history/processes.py's."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from loaderdoctor.loader.settings import Settings
-from loaderdoctor.rules._common import MIB, WARNING_TIME_SHARE, percent
-from loaderdoctor.rules.runfigures import (
+from loaderdoctor.history.figures import (
     CHANGED_RUN,
     HOST_LOAD,
     HOST_STATE,
@@ -25,10 +23,10 @@ from loaderdoctor.rules.runfigures import (
     takes_cores,
     usable_cores,
 )
-from loaderdoctor.rules.runprocesses import cores_taken_by_others, other_processes, stray_workers
-
-if TYPE_CHECKING:  # at run time the history imports the rules, not the other way round
-    from loaderdoctor.history.records import RunRecord
+from loaderdoctor.history.processes import cores_taken_by_others, other_processes, stray_workers
+from loaderdoctor.history.records import RunRecord
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.rules._common import MIB, WARNING_TIME_SHARE, percent
 
 # The step counts as slower from a fifth more; the wait share as risen from 5 points more (below: noise), and
 # as a change worth naming from 10 points more.

@@ -1,17 +1,15 @@
 """A measured change between two runs of the same name (Change, ranked by tier) and the readers of the runs'
-figures that the checks of rules/runchanges.py and rules/runprocesses.py share."""
+figures that the checks of history/changes.py and history/processes.py share."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from loaderdoctor.history.records import RunRecord
 from loaderdoctor.rules._common import MIB
-
-if TYPE_CHECKING:  # at run time the history imports the rules, not the other way round
-    from loaderdoctor.history.records import RunRecord
 
 # Processes take cores from a run in earnest from half a core, or from a quarter of the usable cores on a machine
 # of fewer than two.
