@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/loaderdoctor check demo; status=$$?; test $$status -le 1
 
+# The unit tests on both cores (they start few processes, and those short); the tests with real workers one at
+# a time, so that each has the machine's cores as a user's job would.
 test: $(STAMP) lint
-	$(BIN)/pytest
+	$(BIN)/pytest tests/unit -n 2
+	$(BIN)/pytest tests/integration tests/browser
 
 # The quick inner loop: every test that starts no process (no worker, no subprocess), on two cores, in under a
 # minute; the suite fails a test that starts one without the `workers` mark.

@@ -141,7 +141,7 @@ def _ended_cleanly(done: subprocess.CompletedProcess, left: list[str], tmpdir: P
     assert sorted(path.name for path in tmpdir.iterdir()) == []
 
 
-@pytest.mark.parametrize("delay_s", [0.5, 1.5, 3.0, 6.0])
+@pytest.mark.parametrize("delay_s", [0.5, 3.0, 6.0])
 def test_sigterm_to_check_prints_what_was_measured_and_leaves_nothing(tmp_path, delay_s):
     # Input-bound against a 5 ms step: measured for 5 s, then the fix's run (more workers) for the rest.
     argv = ["check", "--budget", "20", "--step-ms", "5", "--json"]
@@ -152,7 +152,7 @@ def test_sigterm_to_check_prints_what_was_measured_and_leaves_nothing(tmp_path, 
     assert loader["recording"]["batches"], "the partial report holds the batches measured"
 
 
-@pytest.mark.parametrize("delay_s", [0.3, 1.5, 4.0])
+@pytest.mark.parametrize("delay_s", [0.3, 4.0])
 def test_sigterm_to_tune_prints_the_trials_so_far_and_leaves_nothing(tmp_path, delay_s):
     first: set[str] = set()
     after_baseline = functools.partial(_second_trial, first=first)  # the trials so far: the baseline at least
@@ -163,7 +163,7 @@ def test_sigterm_to_tune_prints_the_trials_so_far_and_leaves_nothing(tmp_path, d
     assert loader["stopped"] == "interrupted" and loader["trials"][0]["phase"] == "baseline"
 
 
-@pytest.mark.parametrize("delay_s", [0.5, 1.5, 3.0])
+@pytest.mark.parametrize("delay_s", [0.5, 3.0])
 def test_sigterm_to_scale_ends_its_agent_and_ranks_and_leaves_nothing(tmp_path, delay_s):
     done, seen, left, tmpdir = _terminated(
         tmp_path, ["scale", "--ranks", "1", "--budget", "20"], _rank_measuring, delay_s
