@@ -122,6 +122,17 @@ def test_an_unmeasurable_limit_says_why_and_makes_no_figure_up():
     assert limit.to_dict()["batches_per_s"] is None
 
 
+def test_a_limit_known_only_from_the_step_is_an_upper_bound_and_says_so():
+    """Workers' CPU not sampled (a run too short): the step alone gives a figure, which loading may undercut
+    (a 4 ms step and 40 ms of CPU loading on 2 cores read as 'the step binds, 108 b/s' before)."""
+    rec = make_recording(settings=Settings(num_workers=2), step_s=0.01, worker_samples=[])
+    limit = host_limit(rec)
+    assert limit.binds == "step" and "loading-cpu" in limit.unknown
+    words = limit_words(limit, 10.0)
+    assert f"of at most {limit.batches_per_s:.1f} batches/s: the step allows no more (" in words
+    assert "the limit may be lower" in words and "binds" not in words
+
+
 def test_the_tuners_report_states_the_limit_its_worker_trials_measured():
     def trial(number: int, workers: int, rate: float, limit: float | None) -> Trial:
         run = Measurement(rate, "completed", 2.0, limit_batches_per_s=limit, limit_binds="loading-cpu")

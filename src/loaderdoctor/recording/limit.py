@@ -243,7 +243,13 @@ def limit_words(limit: Limit, rate: float | None, fixed_rate: float | None = Non
         ),
     )
     share = share_of_limit(rate, limit)
-    text = f"this host's limit of {limit.batches_per_s:.1f} batches/s: {binds}"
+    # Without loading's CPU, what is known (the step) only bounds the limit from above: loading may bind lower.
+    upper = "loading-cpu" in limit.unknown
+    if upper:
+        binds = binds.replace(" binds (", " allows no more (", 1).replace(" bind (", " allow no more (", 1)
+    text = f"this host's limit of {'at most ' if upper else ''}{limit.batches_per_s:.1f} batches/s: {binds}"
+    if upper:
+        text += f" (loading's part is not known, so the limit may be lower: {limit.unknown['loading-cpu']})"
     if limit.steady_batches_per_s and limit.batches_per_s < limit.steady_batches_per_s:
         text += (
             f", {limit.steady_batches_per_s:.1f} within an epoch, less each epoch's end"
