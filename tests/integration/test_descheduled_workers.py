@@ -75,3 +75,27 @@ def test_cpu_bound_workers_beside_hogs_are_told_cpu_bound_not_waiting(hogged_cor
     assert finding.evidence["run_delay_share"] >= 0.25, finding.evidence  # the hogs kept them off the cores
     assert finding.evidence["compute_share"] >= COMPUTING_SHARE, finding.evidence
     assert "CPU-bound" in finding.fix, finding.fix
+
+
+def test_a_step_descheduled_by_hogs_is_not_read_as_a_long_step(hogged_cores):
+    """A 4 ms step whose thread shares its core with the hogs takes about five times as long by the clock: the
+    tap counts the time it waited for the core, and the limit reads the step as the 4 ms it costs."""
+    from loaderdoctor.recording.limit import host_limit
+
+    loader = DataLoader(torch.arange(100_000), batch_size=64)
+    watched = loaderdoctor.watch(loader, name="stepped", history=False)
+    for number, _batch in enumerate(watched):
+        deadline = time.thread_time() + 0.004
+        while time.thread_time() < deadline:  # 4 ms of the thread's own CPU
+            pass
+        if number == 150:
+            break
+    recording = watched.close().recording
+    steps = [b for b in recording.batches[10:] if b.step_run_delay_s is not None]
+    assert len(steps) > 50
+    wall = sum(b.step_s for b in steps) / len(steps)
+    delayed = sum(b.step_run_delay_s for b in steps) / len(steps)
+    assert wall > 2.5 * 0.004, wall  # the hogs took the core from the step
+    assert delayed > 0.5 * wall, (delayed, wall)
+    limit = host_limit(recording)
+    assert limit.step_s is not None and limit.step_s < 0.5 * wall, (limit.step_s, wall)

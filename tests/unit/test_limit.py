@@ -133,6 +133,17 @@ def test_a_limit_known_only_from_the_step_is_an_upper_bound_and_says_so():
     assert "the limit may be lower" in words and "binds" not in words
 
 
+def test_the_steps_descheduled_time_is_not_the_steps_cost():
+    """A 4 ms step whose thread waited 36 ms more for a core (loading's workers or other processes held them)
+    read as a 40 ms step, and the limit blamed the step (issue 32.8: 'a 4 ms step read as 39.7 ms')."""
+    rec = make_recording(settings=MAIN_PROCESS, wait_s=0.005, wait_cpu_share=1.0, step_s=0.04)
+    for batch in rec.batches:
+        batch.step_run_delay_s = 0.036
+    limit = host_limit(rec)
+    assert limit.step_s == pytest.approx(0.004)
+    assert limit.step_batches_per_s == pytest.approx(250.0, rel=0.01)
+
+
 def test_the_tuners_report_states_the_limit_its_worker_trials_measured():
     def trial(number: int, workers: int, rate: float, limit: float | None) -> Trial:
         run = Measurement(rate, "completed", 2.0, limit_batches_per_s=limit, limit_binds="loading-cpu")

@@ -29,7 +29,10 @@ def test_below_the_recording_no_module_imports_from_a_layer_above():
 def test_a_recording_saved_before_its_parts_moved_down_saves_the_same_json():
     text = SAVED_BEFORE_THE_MOVE.read_text()
     rec = Recording.from_dict(json.loads(text))
-    assert json.dumps(rec.to_dict(), indent=1) + "\n" == text
+    saved_again = rec.to_dict()
+    for batch in saved_again["batches"]:  # fields added since, at their defaults: the only difference allowed
+        assert batch.pop("step_run_delay_s") is None
+    assert json.dumps(saved_again, indent=1) + "\n" == text
 
 
 def test_its_parts_are_rebuilt_as_the_classes_of_the_layers_that_produce_them():

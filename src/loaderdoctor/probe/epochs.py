@@ -20,6 +20,7 @@ from loaderdoctor.tap.iterator import Tap, TapIterator, is_worker_death, starts_
 from loaderdoctor.workers.deaths import worker_death
 from loaderdoctor.workers.inhand import InHand
 from loaderdoctor.workers.processes import exited_workers
+from loaderdoctor.workers.sampler import thread_run_delay_s
 
 # A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
 _MAX_CONSECUTIVE_FAILURES = 50
@@ -202,7 +203,11 @@ class EpochLoop:
             delivered = self.rec.batches[-1]
             delivered.step_s = max(0.0, self.clock() - self.started - delivered.delivered_s)
             if self.step is not None:
+                delay_before = thread_run_delay_s()
                 self._run_step(batch)
+                delay_after = thread_run_delay_s()
+                if delay_before is not None and delay_after is not None:
+                    delivered.step_run_delay_s = min(delivered.step_s, max(0.0, delay_after - delay_before))
             self.last_step_end = self.clock()
             if not steady or iterator.delivered > self.startup_count:
                 self._counted += 1

@@ -165,7 +165,13 @@ def host_limit(rec: Recording) -> Limit:
     elif io_s is not None and cpu_s is not None and io_s >= MIN_IO_SHARE * (io_s + cpu_s):
         io_rate = MAX_IO_WORKERS / (io_s + cpu_s)
     steady_ones = steady_batches(rec)
-    step_s = statistics.mean(b.step_s for b in steady_ones) if steady_ones and rec.step_s is not None else None
+    # The step as it runs when its thread has a core: time it was descheduled (other processes, or this loader's
+    # own workers, held the cores) is the machine's, and a limit read from it would blame the step for loading.
+    step_s = (
+        statistics.mean(b.step_s - (b.step_run_delay_s or 0.0) for b in steady_ones)
+        if steady_ones and rec.step_s is not None
+        else None
+    )
     receive_s = _receive_s(rec)
     step_rate = 1.0 / (step_s + (receive_s or 0.0)) if step_s else None
     if step_rate is None:

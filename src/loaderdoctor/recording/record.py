@@ -61,6 +61,9 @@ class BatchRecord:
     # Of wait_s, the time the training loop's thread was runnable but not running: other processes held the cores
     # (schedstat's run delay). Not a wait for data: see wait_fraction. None where the kernel does not count it.
     wait_run_delay_s: float | None = None
+    # Of step_s, the time the loop's thread was runnable but not running: the cores taken by other processes, or
+    # by this loader's own workers. Not the step's cost: see the limit. None where not counted.
+    step_run_delay_s: float | None = None
 
 
 @dataclass

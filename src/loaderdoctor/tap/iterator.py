@@ -71,6 +71,10 @@ class BatchDelivered:
     # batch) was runnable but descheduled since it started, or the loop's own thread during the wait if more. The
     # start-up's share that is the machine's load, not the loader's. None otherwise, or where not counted.
     startup_run_delay_s: float | None = None
+    # For the batch before this one of the same iterator: the seconds the loop's thread was runnable but not
+    # running between that batch's delivery and this next() (the step's descheduled time). None for an epoch's
+    # first batch, or where not counted.
+    step_run_delay_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,7 @@ class TapIterator:
         self.fingerprinted = 0  # samples of this epoch fingerprinted (see BatchDelivered.fingerprints)
         self.interrupted = False  # the last next() was ended by Ctrl-C or SystemExit
         self.failed_wait_s = 0.0  # how long the last next() that raised had waited
+        self.delay_at_delivery: float | None = None  # the loop's thread's run delay when it last got a batch
         self.pids: list[int] = []
         loader = tap.loader
         # Persistent workers start once; later iter() calls fork nothing, so there is no state to record.
@@ -199,6 +204,10 @@ class TapIterator:
         self.interrupted = False
         cpu_started = time.process_time() if listening else 0.0
         delay_started = thread_run_delay_s() if listening else None
+        step_run_delay_s = None
+        if delay_started is not None and self.delay_at_delivery is not None:
+            step_run_delay_s = max(0.0, delay_started - self.delay_at_delivery)
+        self.delay_at_delivery = None
         try:
             batch = next(self.inner)
         except StopIteration:
@@ -231,6 +240,7 @@ class TapIterator:
             wait_cpu_s = time.process_time() - cpu_started
             delay_now = thread_run_delay_s() if delay_started is not None else None
             wait_run_delay_s = None if delay_now is None else min(wait_s, max(0.0, delay_now - delay_started))
+            self.delay_at_delivery = delay_now
             startup_run_delay_s = None
             if first_batch_s is not None and self.started_workers and self.pids:
                 worker_delay = run_delay_s(self.pids[0])
@@ -253,6 +263,7 @@ class TapIterator:
                     fingerprints=fingerprints,
                     wait_run_delay_s=wait_run_delay_s,
                     startup_run_delay_s=startup_run_delay_s,
+                    step_run_delay_s=step_run_delay_s,
                 )
             )
         self.index += 1

@@ -153,7 +153,7 @@ class RunRecorder:
 
     def _delivered(self, event: BatchDelivered) -> None:
         now = self.clock()
-        self._close_step(now - event.wait_s)
+        self._close_step(now - event.wait_s, event.step_run_delay_s)
         tally = self.tally
         if tally is None:  # a batch with no iter() seen (a tap made mid-epoch): open an epoch for it
             self.tally = self.last_tally = tally = EpochTally(event.epoch, now - event.wait_s)
@@ -214,13 +214,16 @@ class RunRecorder:
         next() instead)."""
         self._close_step(self.clock())
 
-    def _close_step(self, loop_back_at: float) -> None:
-        """The open step ended when the loop called next() again at `loop_back_at`."""
+    def _close_step(self, loop_back_at: float, run_delay_s: float | None = None) -> None:
+        """The open step ended when the loop called next() again at `loop_back_at`, the loop's thread descheduled
+        for `run_delay_s` of it (when the tap counted it)."""
         batch = self._open_step
         if batch is None:
             return
         self._open_step = None
         batch.step_s = max(0.0, loop_back_at - self._open_step_from)
+        if run_delay_s is not None:
+            batch.step_run_delay_s = min(batch.step_s, run_delay_s)
         self.step_s += batch.step_s
         if self.tally is not None:
             self.tally.step_s += batch.step_s
