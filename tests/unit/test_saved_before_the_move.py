@@ -1,0 +1,58 @@
+"""A report and a history written by loaderdoctor before its modules moved into folders (a8c0f6b, issue 34) load
+and show after it: neither holds a module path, and nothing of their schemas changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from loaderdoctor.cli import main
+from loaderdoctor.history.store import FILE_NAME, load_runs
+from loaderdoctor.report import Report
+from loaderdoctor.saved import read_report
+
+SAVED = Path(__file__).parent / "saved"
+CHECK_REPORT = SAVED / "check-a8c0f6b.json"  # `loaderdoctor check demo --budget 12 --json` at a8c0f6b
+HISTORY = SAVED / "history-a8c0f6b.sqlite3"  # the history that check kept
+
+
+def test_a_check_report_saved_before_the_move_loads_shows_and_prints_back_as_it_was(tmp_path, capsys):
+    saved = json.loads(CHECK_REPORT.read_text())
+    report = read_report(CHECK_REPORT)
+    assert isinstance(report, Report) and list(report.loaders) == list(saved["loaders"])
+    for name, loader in report.loaders.items():
+        assert [f.rule for f in loader.findings] == [f["rule"] for f in saved["loaders"][name]["findings"]]
+    assert main(["report", str(CHECK_REPORT), "--html", str(tmp_path / "page.html")]) == 0
+    shown = capsys.readouterr().out
+    assert "input-bound" in shown and (tmp_path / "page.html").stat().st_size > 10_000
+    assert main(["report", str(CHECK_REPORT), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert _without_added_fields(again) == saved
+
+
+# Fields added since the fixture was written, at their defaults: the only difference allowed.
+ADDED_SINCE = {"step_run_delay_s": None}
+
+
+def _without_added_fields(data: object) -> object:
+    if isinstance(data, dict):
+        return {
+            key: _without_added_fields(value)
+            for key, value in data.items()
+            if not (key in ADDED_SINCE and value == ADDED_SINCE[key])
+        }
+    if isinstance(data, list):
+        return [_without_added_fields(item) for item in data]
+    return data
+
+
+def test_a_history_kept_before_the_move_lists_shows_and_compares(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOADERDOCTOR_HOME", str(tmp_path))
+    shutil.copy(HISTORY, tmp_path / FILE_NAME)
+    (run,) = load_runs()
+    assert run.kind == "check" and run.name == "demo/train"
+    assert run.findings and run.findings[0]["rule"] == "input-bound"
+    assert main(["history"]) == 0 and "demo/train" in capsys.readouterr().out
+    assert main(["report", "latest"]) == 0 and "input-bound" in capsys.readouterr().out
+    assert main(["history", "compare", str(run.id), str(run.id)]) == 0
