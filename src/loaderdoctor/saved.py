@@ -11,17 +11,17 @@ from typing import Any
 from loaderdoctor.errors import UsageError
 from loaderdoctor.plain import jsontext as plainjson
 from loaderdoctor.plain.data import PlainDataError, path_words, rebuilt_at
+from loaderdoctor.render.kinds import KINDS
 from loaderdoctor.report import SCHEMA as CHECK_SCHEMA
 from loaderdoctor.report import Report
-from loaderdoctor.scale.report import SCHEMA as SCALE_SCHEMA
 from loaderdoctor.scale.report import ScaleReport
-from loaderdoctor.tune.result import SCHEMA as TUNE_SCHEMA
 from loaderdoctor.tune.result import TuneReport
 
 AnyReport = Report | TuneReport | ScaleReport
 
-# Each schema's report class, which rebuilds it all (plaindata checks each field by its type hint on the way).
-SCHEMAS: dict[str, Any] = {CHECK_SCHEMA: Report, TUNE_SCHEMA: TuneReport, SCALE_SCHEMA: ScaleReport}
+# Each schema's report class (render/kinds.py), which rebuilds it all (plaindata checks each field by its type hint
+# on the way).
+SCHEMAS: dict[str, Any] = {kind.schema: kind.report for kind in KINDS}
 _SAVE_HINT = "save one with `loaderdoctor check --json > report.json` (or tune, or scale)"
 _CHANGED_HINT = "it was changed after it was saved, or not saved by loaderdoctor; " + _SAVE_HINT
 # No saved report comes near this size (a check's is about 100 KB; a long watched run's a few MB).

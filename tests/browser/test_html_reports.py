@@ -90,7 +90,7 @@ def test_a_scale_page_renders_rate_efficiency_and_waits(tmp_path, chromium):
 
 @pytest.mark.timeout(120)
 def test_dark_mode_and_print_render_too(tmp_path, chromium):
-    from loaderdoctor.render.html import report_page
+    from loaderdoctor.render.kinds import report_page
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
     from test_render_html import _check_report

@@ -10,7 +10,8 @@ from recordings import make_recording
 
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import StackFrame, Stall, WorkerDeath, WorkerStack
-from loaderdoctor.render.html import history, report_page, scale, svg, timeline, tune
+from loaderdoctor.render.html import history, scale, svg, timeline, tune
+from loaderdoctor.render.kinds import report_page
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
 from loaderdoctor.scale.report import RankFigures, ScaleLoaderReport, ScaleReport, ScaleRun
 from loaderdoctor.tune.result import LoaderTuning, TuneReport

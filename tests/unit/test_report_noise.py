@@ -26,7 +26,7 @@ from loaderdoctor.recording.limit import host_limit, limit_words
 from loaderdoctor.recording.record import OtherProcess, Recording, StrayProcess
 from loaderdoctor.recording.usage import LoadingCpu
 from loaderdoctor.render import console as console_render
-from loaderdoctor.render.html import report_page
+from loaderdoctor.render.kinds import report_page
 from loaderdoctor.render.scale import rank_words
 from loaderdoctor.render.tune import limit_words as tune_limit_words
 from loaderdoctor.report import LoaderReport, Report

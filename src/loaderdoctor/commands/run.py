@@ -18,6 +18,7 @@ from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
+from loaderdoctor.render.kinds import report_page
 from loaderdoctor.report import Report
 from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
@@ -135,5 +136,5 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
         Path(args.json).write_text(json_render.render(report) + "\n")
         err.print(f"JSON written to {args.json}", highlight=False, markup=False)
     if args.html is not None:
-        html.write_page(html.report_page(report), args.html)
+        html.write_page(report_page(report), args.html)
         err.print(f"HTML report written to {args.html}", highlight=False, markup=False)

@@ -9,15 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from loaderdoctor.render import console as check_render
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
-from loaderdoctor.render import scale as scale_render
-from loaderdoctor.render import tune as tune_render
-from loaderdoctor.report import Report
+from loaderdoctor.render.kinds import kind_of, report_page
 from loaderdoctor.saved import AnyReport, for_console, load_report
-from loaderdoctor.scale.report import ScaleReport
-from loaderdoctor.tune.result import TuneReport
 
 
 def add_html_arg(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +46,7 @@ def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console
     """Print the report (JSON with --json, else on the console) and write its page with --html."""
     shown = as_saved(report)
     if args.html is not None:
-        html.write_page(html.report_page(shown), args.html)
+        html.write_page(report_page(shown), args.html)
     if args.json:
         print(json_render.render(shown))
     else:
@@ -61,9 +56,5 @@ def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console
 
 
 def render_console(report: AnyReport, out: Console) -> None:
-    if isinstance(report, TuneReport):
-        tune_render.render(report, out)
-    elif isinstance(report, ScaleReport):
-        scale_render.render(report, out)
-    elif isinstance(report, Report):
-        check_render.render(report, out)
+    """The report on the console, as its kind shows it (render/kinds.py)."""
+    kind_of(report).console(report, out)
