@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from chromium import PageResult, open_page
 
+import loaderdoctor
+
 MARKUP_NAME = "train<b>bold</b><img src=x>"
 PIPELINE = """
 import time
@@ -34,7 +36,10 @@ def make():
 
 
 def _loaderdoctor(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # This checkout's loaderdoctor, and nothing else of this process's sys.path: a test that ran before in this
+    # process may have put a folder of its own there (a target's), whose pipeline.py would take the name of ours.
+    source = str(Path(loaderdoctor.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": source}
     command = [sys.executable, "-m", "loaderdoctor", *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
     assert result.returncode in (0, 1), result.stderr
