@@ -17,6 +17,7 @@ from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.guard import children
 from loaderdoctor.guard.attributes import forward_loader_attributes
 from loaderdoctor.guard.checkpoint import Checkpoints
+from loaderdoctor.guard.epoch import EpochIterator, EpochWorkers
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.failures import FailureHandling
 from loaderdoctor.guard.inner import Inner, Resources
@@ -117,7 +118,7 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
         self._last_loading: list[tuple[int, Any]] | None = None
         self._last_killer: int | None = None
         self._resources = Resources()
-        self._epoch_workers = _Workers()  # the current epoch's (see _EpochIterator._workers)
+        self._epoch_workers = EpochWorkers()  # the current epoch's (see guard/epoch.py)
         weakref.finalize(self, self._resources.release)
         weakref.finalize(self, self._interrupter.uninstall)  # a loader dropped mid-epoch: its SIGUSR2 handler too
         self._read_loader()
@@ -154,9 +155,9 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
         self._exhausted = False
         self._consumer = threading.current_thread()
         self._active = True
-        self._epoch_workers = _Workers()
+        self._epoch_workers = EpochWorkers()
         self._open()
-        return _EpochIterator(self, self._epoch, self._epoch_workers)
+        return EpochIterator(self, self._epoch, self._epoch_workers)
 
     def _read_loader(self) -> None:
         """Take the user's loader as it is now (at the start, and at the iter() after attributes were set on it):
@@ -367,37 +368,3 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
 
 
 forward_loader_attributes(GuardedLoader)
-
-
-class _Workers:
-    """The `_workers` list of the torch iterator an epoch reads from now; None without one (no workers)."""
-
-    processes: list[Any] | None = None
-
-
-class _EpochIterator:
-    """One epoch of a GuardedLoader."""
-
-    def __init__(self, guarded: GuardedLoader, epoch: int, workers: _Workers) -> None:
-        self._guarded = guarded
-        self.epoch = epoch
-        self._epoch_workers = workers
-
-    @property
-    def _workers(self) -> list[Any]:
-        """torch's iterator's list of worker processes (multiprocessing Process objects), read by torch's exit
-        tests: the workers this epoch reads from now (after a restart, the new ones; after the epoch, its last
-        ones). Like torch's, absent (AttributeError) while loading runs in the main process."""
-        processes = self._epoch_workers.processes
-        if processes is None:
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute '_workers': no worker processes")
-        return processes
-
-    def __iter__(self) -> _EpochIterator:
-        return self
-
-    def __next__(self) -> Any:
-        return self._guarded._next(self.epoch)
-
-    def __len__(self) -> int:
-        return len(self._guarded)
