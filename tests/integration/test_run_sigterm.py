@@ -56,13 +56,18 @@ def _start(tmp_path: Path, script: str, *, through_run: bool = True) -> subproce
     runner = ["-m", "loaderdoctor", "run", "--no-history"] if through_run else []
     return subprocess.Popen(
         [sys.executable, *runner, "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints every thread's stack
     )  # fmt: skip
 
 
 def _ended(process: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
+    """Its output once it ended; one that does not end within `timeout` fails the test with its threads' stacks."""
     try:
         return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        _, err = process.communicate(timeout=30)
+        pytest.fail(f"still running {timeout:.0f} s after SIGTERM; its threads then:\n{err[-8000:]}")
     finally:
         if process.poll() is None:
             process.kill()

@@ -150,3 +150,78 @@ def test_an_unraisable_hook_set_over_ours_stays_and_other_exceptions_reach_the_o
         assert sys.unraisablehook is users_hook  # set over ours: left in place
     finally:
         sys.unraisablehook = hook_before
+
+
+def _raised_in(stopped: pytest.ExceptionInfo) -> list[str]:
+    """The files of the frames the exception went up through, innermost last: the handler's own left out."""
+    import traceback
+
+    from loaderdoctor.tap import signals
+
+    steps = traceback.extract_tb(stopped.value.__traceback__)
+    return [step.filename for step in steps if step.filename != signals.__file__]
+
+
+@pytest.mark.timeout(30)
+def test_a_raising_signal_that_comes_inside_the_standard_librarys_code_raises_once_it_has_returned(sigusr2):
+    """logging's fork hook gives its lock back in code of its own: an exception raised there would leave the lock
+    held. Held back, the signal raises in the program's code once the library's returns."""
+    import threading
+    import time
+
+    from loaderdoctor.tap.signals import SignalRaises
+
+    waited = threading.Event()
+    sender = threading.Timer(0.05, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR2))
+    with SignalRaises(signal.SIGUSR2, _Stop) as raises:
+        sender.start()
+        with pytest.raises(_Stop) as stopped:
+            waited.wait(0.3)  # threading.py's code, its wait interrupted by the signal at 0.05 s
+            returned_at = time.monotonic()
+            while time.monotonic() < returned_at + 5:
+                pass  # ours: it raises here
+        sender.join()
+    assert raises.received == signal.SIGUSR2
+    assert _raised_in(stopped)[-1] == __file__, _raised_in(stopped)
+
+
+@pytest.mark.timeout(30)
+def test_a_raising_signal_held_back_in_a_wait_that_does_not_return_still_raises_there(sigusr2):
+    import threading
+    import time
+
+    from loaderdoctor.tap import signals
+
+    never = threading.Event()
+    sender = threading.Timer(0.05, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR2))
+    with signals.SignalRaises(signal.SIGUSR2, _Stop):
+        sender.start()
+        started = time.monotonic()
+        with pytest.raises(_Stop) as stopped:
+            never.wait()  # no timeout: only the exception ends it
+        waited = time.monotonic() - started
+        sender.join()
+    assert signals.WAIT_FOR_SAFE_S <= waited < 10 and _raised_in(stopped)[-1] == threading.__file__
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.workers
+def test_a_process_forked_while_a_signal_raises_ends_by_that_signal_as_without_it(sigusr2):
+    """A DataLoader worker forked from a `run` inherits the handler: SIGTERM ends it as it ends a plain worker,
+    instead of raising the run's exception in it."""
+    import os
+    import time
+
+    from loaderdoctor.tap.signals import SignalRaises
+
+    with SignalRaises(signal.SIGUSR2, _Stop) as raises:
+        child = os.fork()
+        if child == 0:
+            try:
+                os.kill(os.getpid(), signal.SIGUSR2)
+                time.sleep(5)
+            finally:
+                os._exit(7)  # only if the signal did not end it
+        _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGUSR2, status
+    assert raises.received is None

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import os
 import signal
+import site
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 Handler = Callable[[int, Any, Any], None]  # (signum, frame, the handler it replaced)
-# How long after its exception was swallowed a signal is sent again: past the hook that swallowed it.
-SEND_AGAIN_AFTER_S = 0.001
+# How often, once a signal came, its watcher looks whether the signal must be sent again.
+WATCH_EVERY_S = 0.005
+# How long a signal waits for the main thread to leave the standard library's code before it raises there anyway
+# (a thread.join() or a queue's get() may not return at all).
+WAIT_FOR_SAFE_S = 0.5
 
 
 def chain(previous: Any, signum: int, frame: Any) -> None:
@@ -94,25 +100,29 @@ class TemporaryHandler:
 
 class SignalRaises:
     """While installed, `signum` raises `exception(signum)` in the main thread, and that exception cannot be lost.
-    Python runs a handler between any two bytecodes of the main thread, some of them in code whose exceptions it
-    can only print ("Exception ignored in: ..."): a fork hook such as logging's, a __del__, a weakref or gc
-    callback. There the exception would vanish and the program run on, so each one swallowed (Python hands it to
-    sys.unraisablehook, which is ours while installed) has the signal sent again a moment later, from a thread of
-    its own (sent from the hook, it would raise in the hook), to raise in the code the main thread runs then.
-    `received` is the signal once one came: a program that ends before the signal comes again was still ended
-    by it. A handler that was in place before gets the signal instead (see chain); one set after replaces this
-    one."""
+    Python runs a handler between any two bytecodes of the main thread. Some of those places can only print an
+    exception ("Exception ignored in: ..."): a fork hook, a __del__, a weakref or gc callback. Others must not be
+    left half done: the standard library's own code, whose locks and bookkeeping assume no exception comes
+    between two lines (logging's fork hook that gives its lock back, importlib's module locks, threading's
+    conditions), which gets a moment (WAIT_FOR_SAFE_S) to return first. So once a signal came, a thread of its
+    own (the watcher) sends it again every WATCH_EVERY_S while it is pending: held back, or its exception
+    swallowed (Python hands it to sys.unraisablehook, which is ours while installed, and nothing is printed).
+    `received` is the signal once one came: a program that ends before the signal comes again was still ended by
+    it. A handler that was in place before gets the signal instead (see chain); one set after replaces this one.
+    A forked child (a DataLoader worker) that gets the signal ends by it, as it would without this handler."""
 
     def __init__(self, signum: int, exception: Callable[[int], BaseException]) -> None:
         self.signum = signum
         self.received: int | None = None
         self._exception = exception
         self._handler = TemporaryHandler(signum, self._handle)
-        self._raised: list[BaseException] = []  # the exceptions raised so far, to know them when swallowed
-        self._hook: Callable[[Any], None] | None = None
+        self._raised: BaseException | None = None  # the last exception raised, to know it when swallowed
+        self._pending = False  # held back or swallowed: the watcher sends the signal again
+        self._waiting_since: float | None = None  # when a signal was first held back from the standard library
         self._hook_before: Callable[[Any], None] | None = None
-        self._lock = threading.Lock()  # held while the signal is sent again, and while the handler is put back
-        self._in_hook = False
+        self._lock = threading.Lock()  # held while the watcher looks and sends, and while the handler is put back
+        self._pid = 0
+        self._watching: object | None = None  # the token of the installation the watcher serves
 
     def __enter__(self) -> SignalRaises:
         self.install()
@@ -129,19 +139,9 @@ class SignalRaises:
         """Put the handler (and the unraisable hook) in place, from the main thread; whether it is in place."""
         if self._handler.installed or not self._handler.install():
             return self._handler.installed
-        before = self._hook_before = sys.unraisablehook
-
-        def hook(unraisable: Any) -> None:
-            if any(unraisable.exc_value is raised for raised in self._raised):
-                self._in_hook = True  # a signal that comes now raises nothing: the hook would swallow it too
-                try:
-                    _thread.start_new_thread(self._send_again, ())  # not threading's: its start() waits
-                finally:
-                    self._in_hook = False
-                return
-            before(unraisable)
-
-        sys.unraisablehook = self._hook = hook
+        self._pid = os.getpid()
+        self._hook_before = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         return True
 
     def uninstall(self) -> None:
@@ -150,25 +150,61 @@ class SignalRaises:
             return
         with self._lock:
             self._handler.uninstall()
-        if sys.unraisablehook is self._hook and self._hook_before is not None:
+            self._watching = None
+        if sys.unraisablehook == self._unraisable and self._hook_before is not None:
             sys.unraisablehook = self._hook_before
-        self._hook = self._hook_before = None
-        self._raised.clear()
+        self._hook_before = self._raised = None
+        self._pending = False
+
+    def _unraisable(self, unraisable: Any) -> None:
+        if self._raised is not None and unraisable.exc_value is self._raised:
+            self._pending = True  # swallowed: the watcher sends the signal again
+            return
+        if self._hook_before is not None:
+            self._hook_before(unraisable)
 
     def _handle(self, signum: int, frame: Any, previous: Any) -> None:
-        if previous not in (signal.SIG_DFL, None):
-            chain(previous, signum, frame)
+        if previous not in (signal.SIG_DFL, None) or os.getpid() != self._pid:
+            chain(previous, signum, frame)  # not ours, or a worker forked while installed: as if we were not there
             return
         self.received = signum
-        if self._in_hook:
-            _thread.start_new_thread(self._send_again, ())
+        self._watch()
+        now = time.monotonic()
+        self._waiting_since = self._waiting_since or now
+        if frame is not None and (frame.f_code is _UNRAISABLE_CODE or (
+                _in_standard_library(frame) and now - self._waiting_since < WAIT_FOR_SAFE_S)):  # fmt: skip
+            self._pending = True
             return
-        raised = self._exception(signum)
-        self._raised.append(raised)
+        self._pending = False
+        self._waiting_since = None
+        raised = self._raised = self._exception(signum)
         raise raised
 
-    def _send_again(self) -> None:
-        time.sleep(SEND_AGAIN_AFTER_S)
-        with self._lock:
-            if self._handler.current():
-                signal.pthread_kill(threading.main_thread().ident or 0, self.signum)
+    def _watch(self) -> None:
+        """Start the watcher for this installation, once."""
+        if self._watching is None:
+            self._watching = token = object()
+            _thread.start_new_thread(self._watcher, (token,))  # not threading's: its start() waits
+
+    def _watcher(self, token: object) -> None:
+        while True:
+            time.sleep(WATCH_EVERY_S)
+            with self._lock:
+                if self._watching is not token or not self._handler.current():
+                    return
+                if self._pending:
+                    signal.pthread_kill(threading.main_thread().ident or 0, self.signum)
+
+
+def _in_standard_library(frame: Any) -> bool:
+    """Whether `frame` runs the standard library's code (not an installed package's)."""
+    name = frame.f_code.co_filename
+    return name.startswith("<frozen ") or (name.startswith(_STANDARD_LIBRARY) and not name.startswith(_PACKAGES))
+
+
+_STANDARD_LIBRARY = os.path.dirname(os.__file__) + os.sep
+_PACKAGES = tuple(
+    {os.path.join(path, "") for path in (*site.getsitepackages(), sysconfig.get_paths()["purelib"],
+                                         sysconfig.get_paths()["platlib"])}
+)  # fmt: skip
+_UNRAISABLE_CODE = SignalRaises._unraisable.__code__
