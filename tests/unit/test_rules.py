@@ -19,6 +19,7 @@ from loaderdoctor.recording.record import (
     WorkerDeath,
     WorkerStack,
 )
+from loaderdoctor.recording.usage import loading_cpu
 from loaderdoctor.report import Finding
 from loaderdoctor.rules.data import sample_errors
 from loaderdoctor.rules.host import cpu_oversubscription, fd_limit, shm_capacity, stray_workers
@@ -503,6 +504,33 @@ def test_four_cpu_bound_workers_on_two_cores_compete():
     assert finding.settings_change == {"num_workers": 2}
     assert finding.evidence["cores_busy_share"] == 1.0
     assert "use 2 workers, one per usable core" in finding.fix
+
+
+def _beside_other_processes(workers: int, worker_cores: float, run_delay_cores: float, other_cores: float):
+    """A recording of `workers` persistent workers that used `worker_cores` in all and waited `run_delay_cores` for a
+    core, while other processes of the machine took `other_cores` (of 2)."""
+    rec = make_recording(settings=Settings(num_workers=workers, persistent_workers=True), wait_s=0.03)
+    for sample in rec.worker_samples:
+        sample.cpu_s = worker_cores / workers * sample.t_s
+        sample.run_delay_s = run_delay_cores / workers * sample.t_s
+    times = sorted({s.t_s for s in rec.worker_samples})
+    rec.host_samples = [HostSample(t, busy_cpu_s=(worker_cores + other_cores) * t, main_cpu_s=0.0) for t in times]
+    return rec
+
+
+def test_workers_that_wait_while_other_processes_fill_the_cores_do_not_compete():
+    """4 workers held up by a lock (0.3 cores, hardly ever kept from a core) on a machine other jobs keep busy:
+    fewer workers would not give anyone a core back."""
+    rec = _beside_other_processes(4, worker_cores=0.3, run_delay_cores=0.05, other_cores=1.7)
+    assert loading_cpu(rec).machine_share >= 0.85  # the cores were busy: not with loading
+    assert cpu_oversubscription(rec) is None
+
+
+def test_cpu_bound_workers_beside_other_processes_still_compete():
+    """4 CPU-bound workers beside a hog: they got 1 core, and were ready to run for 3 more."""
+    rec = _beside_other_processes(4, worker_cores=1.0, run_delay_cores=3.0, other_cores=1.0)
+    finding = cpu_oversubscription(rec)
+    assert finding is not None and finding.settings_change == {"num_workers": 2}
 
 
 def test_the_workers_of_every_local_rank_count_against_the_cores():

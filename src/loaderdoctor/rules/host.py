@@ -8,7 +8,7 @@ from typing import Any
 from loaderdoctor.host.facts import program_name
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.record import Recording, mean_batch_bytes, wait_fraction
-from loaderdoctor.recording.usage import loading_cpu
+from loaderdoctor.recording.usage import LoadingCpu, loading_cpu
 from loaderdoctor.rules._common import (
     CRITICAL_TIME_SHARE,
     DEFAULT_PREFETCH_FACTOR,
@@ -69,7 +69,7 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
     ranks = rec.host.local_ranks  # every rank of a DDP job on this machine starts as many workers
     compute_threads = workers * (threads if pooled and threads is not None else 1) * ranks
     cpu = loading_cpu(rec)
-    saturated = cpu is not None and cpu.machine_share >= SATURATED_SHARE
+    saturated = cpu is not None and _loading_fills_the_cores(cpu)
     # Pools far beyond the cores compete even where the measurement could not tell how busy the cores were.
     huge_pools = pooled and compute_threads > MAX_THREADS_PER_CORE * cores
     if compute_threads <= cores or not (saturated or huge_pools):
@@ -117,6 +117,17 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
         settings_change=change,
         impact=fraction or 0.0,
     )
+
+
+def _loading_fills_the_cores(cpu: LoadingCpu) -> bool:
+    """Whether loading itself asks for its cores (SATURATED_SHARE or more of this rank's part of the usable cores):
+    the CPU its workers used and the time they were ready to run but waited for a core (run delay). Cores that
+    other processes keep busy
+    do not count: workers that wait on a lock or on storage do not compete with each other for them, and fewer
+    workers would not give the cores back. Where the run delay is not counted, how busy the cores were in all."""
+    if cpu.run_delay_cores is None:
+        return cpu.machine_share >= SATURATED_SHARE
+    return cpu.cores + cpu.run_delay_cores >= SATURATED_SHARE * cpu.rank_cores
 
 
 def fd_limit(rec: Recording) -> Finding | None:
