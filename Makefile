@@ -17,11 +17,13 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/loaderdoctor check demo; status=$$?; test $$status -le 1
 
-# The unit tests on both cores (they start few processes, and those short); the tests with real workers one at
-# a time, so that each has the machine's cores as a user's job would.
+# The unit tests on both cores; the tests with real workers two at a time (each a load beside the other, as on a
+# shared node: their verdicts must hold there); then the `quiet` ones, which assert a measured speedup or a choice
+# resting on one, one at a time, each with the machine's cores as a user's job would have them.
 test: $(STAMP) lint
 	$(BIN)/pytest tests/unit -n 2
-	$(BIN)/pytest tests/integration tests/browser
+	$(BIN)/pytest tests/integration tests/browser -m "not quiet" -n 2
+	$(BIN)/pytest tests/integration -m quiet
 
 # The quick inner loop: every test that starts no process (no worker, no subprocess), on two cores, in under a
 # minute; the suite fails a test that starts one without the `workers` mark.

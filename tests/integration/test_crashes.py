@@ -188,7 +188,7 @@ def test_run_names_the_crash_of_a_script_whose_worker_segfaults(tmp_path):
     command = [sys.executable, "-m", "loaderdoctor", "run", "--json", "out.json", "train.py"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=100, env=_env(), cwd=tmp_path)
     assert result.returncode == 1, result.stderr  # the script's own failure: torch's RuntimeError
-    assert "worker-crash" in result.stderr
+    assert "worker-crash" in result.stderr, result.stderr[-6000:]
     (loader,) = json.loads((tmp_path / "out.json").read_text())["loaders"].values()
     finding = loader["findings"][0]
     assert finding["rule"] == "worker-crash" and finding["severity"] == "critical"

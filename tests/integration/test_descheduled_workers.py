@@ -19,6 +19,7 @@ from loaderdoctor.rules._common import COMPUTING_SHARE
 
 pytestmark = [
     pytest.mark.workers,
+    pytest.mark.quiet,  # its own hogs on its core: another test beside it adds load the figures do not expect
     pytest.mark.timeout(120),
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),  # 2 workers on 1 core: meant
 ]

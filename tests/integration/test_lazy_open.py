@@ -16,7 +16,7 @@ from loaderdoctor.probe.verify import verify
 from loaderdoctor.recording.epochcost import EpochCost
 from loaderdoctor.report import Finding
 
-pytestmark = [pytest.mark.workers, pytest.mark.timeout(40)]
+pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(40)]
 
 OPEN_S = 1.5  # each worker's start: far longer than an epoch's 12 batches of a 10 ms step
 BATCHES = 12

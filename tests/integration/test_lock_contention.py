@@ -19,7 +19,7 @@ from loaderdoctor.probe.measure import probe
 from loaderdoctor.rules import diagnose
 from loaderdoctor.scenarios import lock_contention
 
-pytestmark = [pytest.mark.workers, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(150)]
 
 
 def _line_of(function: object, text: str) -> int:

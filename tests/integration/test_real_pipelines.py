@@ -21,7 +21,7 @@ from loaderdoctor.loader.workload import Workload
 from loaderdoctor.probe.measure import probe
 from loaderdoctor.recording.rates import batches_per_s, training_rate
 
-pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(240)]
 
 
 class Augmented(Dataset):

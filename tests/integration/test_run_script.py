@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -291,12 +290,15 @@ def test_a_rank_killed_outright_passes_its_status_and_leaves_the_others_summary(
             time.sleep(1.0)
             os.kill(os.getpid(), signal.SIGKILL)  # nothing of this rank's can be kept
         """)  # fmt: skip
-    result = _run(["--no-history", "--nproc-per-node", "2", "killed.py"], tmp_path, timeout=180)
+    tmpdir = tmp_path / "tmp"  # its own: another test's run may have a folder in the shared one meanwhile
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    result = _run(["--no-history", "--nproc-per-node", "2", "killed.py"], tmp_path, timeout=180, env=env)
 
     assert result.returncode == 128 + signal.SIGKILL, result.stderr
     assert "loader 'killed.py:5/rank0'" in result.stderr and "killed.py:5/rank1" not in result.stderr
     assert "ended by rank 1 failing" in result.stderr
-    assert not [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("loaderdoctor-run-")]
+    assert not [name for name in os.listdir(tmpdir) if name.startswith("loaderdoctor-run-")]
 
 
 # The worker that loads sample 9 the first time (no file "died" yet) ends without a word.

@@ -59,6 +59,7 @@ def test_a_loader_without_distributed_sampler_is_named_under_two_ranks():
     assert all(r.batches > 0 for r in run.per_rank)
 
 
+@pytest.mark.quiet
 def test_a_healthy_ddp_loader_scales_with_no_warning():
     # One light worker per rank: on this 2-core machine the ranks' loading leaves the cores free, as a healthy
     # loader on a machine with cores for its ranks does.
@@ -77,6 +78,7 @@ def test_a_healthy_ddp_loader_scales_with_no_warning():
     assert report.exit_status == 0
 
 
+@pytest.mark.quiet
 def test_a_lock_the_workers_of_every_rank_wait_on_is_named_and_proved_by_a_lock_free_launch():
     report = loaderdoctor.scale("scenario:lock-contention", ranks=[1, 2], budget_s=2)
     (loader,) = report.loaders.values()
@@ -97,6 +99,7 @@ def test_a_lock_the_workers_of_every_rank_wait_on_is_named_and_proved_by_a_lock_
     assert proof.note.startswith("without the lock on read-only files:")
 
 
+@pytest.mark.quiet
 def test_the_rank_that_loads_from_slow_storage_is_named_a_straggler():
     report = loaderdoctor.scale(f"{TARGETS}:slow_storage_on_rank_1", ranks=[2], budget_s=3)
     (loader,) = report.loaders.values()

@@ -13,7 +13,7 @@ import pytest
 
 from loaderdoctor import scenarios
 
-pytestmark = [pytest.mark.workers, pytest.mark.timeout(200)]
+pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(200)]
 
 # Scenarios whose fix is a change of settings, each measured here at 2x or more: the verification must hold.
 FIXED_BY_SETTINGS = {"demo", "starved", "respawn", "fork-deadlock", "oversubscribed", "slow-start"}

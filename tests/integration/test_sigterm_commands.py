@@ -9,9 +9,11 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +63,16 @@ def _descendants(pid: int) -> set[int]:
         return {child.pid for child in psutil.Process(pid).children(recursive=True)}
     except psutil.NoSuchProcess:
         return set()
+
+
+@pytest.fixture
+def short_folder():
+    """A folder of the test's own with a short path, removed after it: the runs' TMPDIR is in it, and
+    multiprocessing's sockets live in TMPDIR, their paths 107 bytes at most (pytest's tmp_path under xdist is
+    longer than that leaves room for)."""
+    folder = Path(tempfile.mkdtemp(prefix="ld-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _terminated(
@@ -142,10 +154,10 @@ def _ended_cleanly(done: subprocess.CompletedProcess, left: list[str], tmpdir: P
 
 
 @pytest.mark.parametrize("delay_s", [0.5, 3.0, 6.0])
-def test_sigterm_to_check_prints_what_was_measured_and_leaves_nothing(tmp_path, delay_s):
+def test_sigterm_to_check_prints_what_was_measured_and_leaves_nothing(short_folder, delay_s):
     # Input-bound against a 5 ms step: measured for 5 s, then the fix's run (more workers) for the rest.
     argv = ["check", "--budget", "20", "--step-ms", "5", "--json"]
-    done, _, left, tmpdir = _terminated(tmp_path, argv, _stacks_folder, delay_s)
+    done, _, left, tmpdir = _terminated(short_folder, argv, _stacks_folder, delay_s)
     _ended_cleanly(done, left, tmpdir)
     assert "stopped by SIGTERM: what was measured before SIGTERM" in done.stderr
     (loader,) = json.loads(done.stdout)["loaders"].values()
@@ -153,10 +165,10 @@ def test_sigterm_to_check_prints_what_was_measured_and_leaves_nothing(tmp_path, 
 
 
 @pytest.mark.parametrize("delay_s", [0.3, 4.0])
-def test_sigterm_to_tune_prints_the_trials_so_far_and_leaves_nothing(tmp_path, delay_s):
+def test_sigterm_to_tune_prints_the_trials_so_far_and_leaves_nothing(short_folder, delay_s):
     first: set[str] = set()
     after_baseline = functools.partial(_second_trial, first=first)  # the trials so far: the baseline at least
-    done, _, left, tmpdir = _terminated(tmp_path, ["tune", "--budget", "40", "--json"], after_baseline, delay_s)
+    done, _, left, tmpdir = _terminated(short_folder, ["tune", "--budget", "40", "--json"], after_baseline, delay_s)
     _ended_cleanly(done, left, tmpdir)
     assert "stopped by SIGTERM: the trials measured before SIGTERM" in done.stderr
     (loader,) = json.loads(done.stdout)["loaders"].values()
@@ -164,9 +176,9 @@ def test_sigterm_to_tune_prints_the_trials_so_far_and_leaves_nothing(tmp_path, d
 
 
 @pytest.mark.parametrize("delay_s", [0.5, 3.0])
-def test_sigterm_to_scale_ends_its_agent_and_ranks_and_leaves_nothing(tmp_path, delay_s):
+def test_sigterm_to_scale_ends_its_agent_and_ranks_and_leaves_nothing(short_folder, delay_s):
     done, seen, left, tmpdir = _terminated(
-        tmp_path, ["scale", "--ranks", "1", "--budget", "20"], _rank_measuring, delay_s
+        short_folder, ["scale", "--ranks", "1", "--budget", "20"], _rank_measuring, delay_s
     )
     _ended_cleanly(done, left, tmpdir)
     assert len(seen) >= 3, f"the agent, the rank and its workers: {seen}"

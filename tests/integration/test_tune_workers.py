@@ -17,7 +17,7 @@ from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.trial import VERDICTS
 
-pytestmark = [pytest.mark.workers, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(180)]
 
 QUICK = StallPolicy(floor_s=2.0, multiple=20.0, first_batch_s=20.0, first_batch_idle_s=2.0, idle_window_s=1.0)
 

@@ -22,6 +22,7 @@ from loaderdoctor.render.kinds import report_page
 from loaderdoctor.report import Report
 from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
+from loaderdoctor.tap.signals import child_deaths_quiet
 from loaderdoctor.watch.everyloader import EveryLoader
 from loaderdoctor.watch.ranks import RanksRun, run_ranks
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     else:
         result = run_script(script, EveryLoader(guarded=args.guard, name=args.name))
     try:
-        _summarize(result, script, args, err)
+        with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
+            _summarize(result, script, args, err)
     except Exception as error:  # loaderdoctor's failure never changes the script's outcome
         warnings.warn(f"loaderdoctor run could not summarize the run: {type(error).__name__}: {error}",
                       LoaderDoctorWarning, stacklevel=1)  # fmt: skip

@@ -28,7 +28,7 @@ from loaderdoctor.rules import order
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port, signal_session
-from loaderdoctor.tap.signals import in_main_thread
+from loaderdoctor.tap.signals import child_deaths_quiet, in_main_thread
 from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
 
@@ -254,6 +254,12 @@ def _rank_main(argv: list[str]) -> int:
     rank = int(os.environ["RANK"])  # the launcher's; run_ranks launches only for a world of 2 ranks or more
     every = _RankLoaders(name=os.environ.get(NAME_ENV) or None, rank=rank, guarded=bool(os.environ.get(GUARD_ENV)))
     run = run_script(script, every)
+    with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
+        return _write_rank_run(run, rank)
+
+
+def _write_rank_run(run: ScriptRun, rank: int) -> int:
+    """What the rank measured, written for the launching node; the rank's exit status."""
     out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
     written: dict[str, Any] = {
         "rank": rank,

@@ -67,36 +67,40 @@ def run_script(script: Script, every: EveryLoader) -> ScriptRun:
     leaves its summary); then end every watch (which uninstalls the hooks). sys.argv, sys.path[0] and __main__
     are restored."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
-    ended_by: str | None = None
     term = SignalRaises(signal.SIGTERM, _Terminated)  # unless the program had a handler of its own for it
     term.install()
     every.install()
+    error: BaseException | None = None
+    status = 0
     try:
         status = _run(script)
-        if term.received is not None:  # its exception was swallowed, and the script ended before it came again
-            status, ended_by = 128 + term.received, "SIGTERM"
-    except KeyboardInterrupt:
-        _print_exception(*sys.exc_info())
-        status, ended_by = INTERRUPTED_STATUS, "Ctrl-C"
-    except _Terminated as terminated:
-        status, ended_by = 128 + terminated.signum, "SIGTERM"
-    except BaseException:
-        _print_exception(*sys.exc_info())
-        status, ended_by = 1, "an exception"
-    finally:
-        term.uninstall()
-        sys.argv[:] = saved_argv
-        if saved_path0 is not None:
-            sys.path[0] = saved_path0
-    return ScriptRun(status, _closed(every), ended_by)
-
-
-def _closed(every: EveryLoader) -> list[LoaderRun]:
-    """Every watch ended with SIGCHLD quiet: torch's handler tells a dead worker's death again at each child's
-    exit while its iterator lives (the workers ending as the watches close them), wherever the main thread is, and
-    would end the summary that reports that very death."""
+    except BaseException as raised:  # told below, once torch's SIGCHLD handler cannot cut the telling short
+        error = raised
+    # torch's handler tells a dead worker's death again at each child's exit while its iterator lives (its other
+    # workers ending, as the watches close them), wherever the main thread is: it would end the summary that
+    # reports that very death. Quiet from here until every watch is closed (their workers ended).
     with child_deaths_quiet():
-        return every.close()
+        try:
+            status, ended_by = _ending(error) if error is not None else (status, None)
+            if error is None and term.received is not None:  # swallowed, and the script ended before it came again
+                status, ended_by = 128 + term.received, "SIGTERM"
+        finally:
+            term.uninstall()
+            sys.argv[:] = saved_argv
+            if saved_path0 is not None:
+                sys.path[0] = saved_path0
+        return ScriptRun(status, every.close(), ended_by)
+
+
+def _ending(error: BaseException) -> tuple[int, str]:
+    """The exit status and the words for a script that `error` ended (printed as Python prints it, but for
+    SIGTERM's own exception)."""
+    if isinstance(error, _Terminated):
+        return 128 + error.signum, "SIGTERM"
+    _print_exception(type(error), error, error.__traceback__)
+    if isinstance(error, KeyboardInterrupt):
+        return INTERRUPTED_STATUS, "Ctrl-C"
+    return 1, "an exception"
 
 
 def _run(script: Script) -> int:
