@@ -22,7 +22,7 @@ demo: $(STAMP)
 # resting on one, one at a time, each with the machine's cores as a user's job would have them.
 test: $(STAMP) lint
 	$(BIN)/pytest tests/unit -n 2
-	$(BIN)/pytest tests/integration tests/browser -m "not quiet" -n 2
+	$(BIN)/pytest tests/integration tests/browser -m "not quiet" -n 2 --dist worksteal
 	$(BIN)/pytest tests/integration -m quiet
 
 # The quick inner loop: every test that starts no process (no worker, no subprocess), on two cores, in under a

@@ -21,7 +21,7 @@ from loaderdoctor.loader.workload import Workload
 from loaderdoctor.probe.measure import probe
 from loaderdoctor.recording.rates import batches_per_s, training_rate
 
-pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
 
 
 class Augmented(Dataset):
@@ -107,6 +107,7 @@ class Crunch(Dataset):
         return torch.tensor([total])
 
 
+@pytest.mark.quiet
 def test_four_cpu_bound_workers_on_two_cores_are_not_told_to_add_workers():
     cores = len(os.sched_getaffinity(0))
     workers = 2 * cores
@@ -166,6 +167,7 @@ def test_spawned_workers_importing_torch_are_not_memory_growth():
     assert min(uss) < max(uss)  # the workers did grow while they started: it is only not counted as growth
 
 
+@pytest.mark.quiet
 def test_a_short_trial_is_not_decided_by_start_up():
     loader = DataLoader(Augmented(512), batch_size=8, num_workers=2, multiprocessing_context="spawn")
     settings = Settings(2, persistent_workers=True, start_method="spawn")
@@ -176,6 +178,7 @@ def test_a_short_trial_is_not_decided_by_start_up():
     assert len(rec.batches) > 20
 
 
+@pytest.mark.quiet
 def test_a_busy_machine_is_said_with_the_pids():
     pid_file = f"/tmp/loaderdoctor-hog-{os.getpid()}"
     spin = "import os, time\nopen(os.environ['PID_FILE'], 'w').write(str(os.getpid()))\nend = time.time() + 20\n"

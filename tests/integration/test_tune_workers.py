@@ -17,7 +17,7 @@ from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.trial import VERDICTS
 
-pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(180)]
 
 QUICK = StallPolicy(floor_s=2.0, multiple=20.0, first_batch_s=20.0, first_batch_idle_s=2.0, idle_window_s=1.0)
 
@@ -60,6 +60,7 @@ def make_io_loader() -> DataLoader:
     return DataLoader(WaitsOnStorage(), batch_size=4)
 
 
+@pytest.mark.quiet
 def test_loading_that_waits_on_io_is_given_more_workers_than_cores():
     report = tune(make_io_loader(), budget_s=20.0, max_workers=8, policy=QUICK)
     tuning = report.loaders["loader"]
@@ -69,6 +70,7 @@ def test_loading_that_waits_on_io_is_given_more_workers_than_cores():
     assert tuning.seconds <= 20.0 * 1.5
 
 
+@pytest.mark.quiet
 def test_with_a_training_step_the_cheapest_settings_that_keep_up_are_chosen():
     # A batch takes a worker 80 ms and the step 40 ms: 2 workers keep up; 8 would be faster but only cost more.
     report = tune(make_io_loader(), budget_s=30.0, max_workers=8, step_ms=40.0, policy=QUICK)
@@ -132,6 +134,7 @@ class Tiny(Dataset):
         return torch.full((4,), float(index))
 
 
+@pytest.mark.quiet
 def test_a_trial_measures_a_bounded_window_whatever_the_epochs_length():
     # 18,968 batches per epoch at a 5 ms step would take 95 s an epoch: a 2 s trial must not wait for one.
     step = sleep_step(5.0)

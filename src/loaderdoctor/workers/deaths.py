@@ -74,6 +74,10 @@ def oom_kills(root: Path = Path("/sys/fs/cgroup")) -> int | None:
     return None
 
 
+# How long a worker whose end was seen may take to have an exit status: on a busy machine, more than a moment.
+EXIT_STATUS_WAIT_S = 5.0
+
+
 def signal_name(exitcode: int | None) -> str | None:
     """'SIGSEGV' for an exit status of -11; None when no signal ended the process."""
     if exitcode is None or exitcode >= 0:
@@ -99,6 +103,8 @@ def worker_death(
     pid = exitcode = index = None
     for worker_id, worker in enumerate(worker_processes(iterator)):
         if worker.pid in dead:
+            if worker.exitcode is None:  # its pipe closes as it exits, before the kernel holds its exit status
+                worker.join(timeout=EXIT_STATUS_WAIT_S)
             pid, exitcode, index = worker.pid, worker.exitcode, held(worker_id)
             break
     oom_now = oom_kills()
