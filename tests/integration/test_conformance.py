@@ -135,11 +135,11 @@ REST = _REST if os.environ.get("LOADERDOCTOR_FULL_MATRIX") == "1" else [(1, "for
 
 @pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator")
 @pytest.mark.parametrize("case", REST, ids=_ids)
-def test_every_batching_option_gives_the_plain_loaders_batches_for_each_start_method(case):
+@pytest.mark.parametrize("name", BATCHING)
+def test_every_batching_option_gives_the_plain_loaders_batches_for_each_start_method(case, name):
     # The rest of the matrix, one epoch of persistent workers each (the options' later epochs run above).
-    for name, make in BATCHING.items():
-        plain, guarded = _both(Augmented(), 1, make=make, persistent_workers=True, **_options(case))
-        assert guarded == plain, name
+    plain, guarded = _both(Augmented(), 1, make=BATCHING[name], persistent_workers=True, **_options(case))
+    assert guarded == plain
 
 
 class NoteWorker:

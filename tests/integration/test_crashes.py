@@ -5,13 +5,13 @@ the dataset under spawn, or whose worker_init_fn raises exits 1 with a critical 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from checkout import checkout_env
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(120)]
 
@@ -66,7 +66,7 @@ PIPELINES = textwrap.dedent(
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return checkout_env()
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from checkout import checkout_env
 from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.loader.settings import LoaderSpec
@@ -28,7 +29,7 @@ def _line_of(function: object, text: str) -> int:
 
 
 def test_the_scenarios_lock_is_named_at_its_line_and_measured_away():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = checkout_env()
     command = [sys.executable, "-m", "loaderdoctor", "check", "scenario:lock-contention", "--json", "--budget", "15"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 1, result.stderr  # critical

@@ -4,7 +4,6 @@ launch bounded; nothing of a launch may outlive it, whether its ranks finish, ha
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from checkout import checkout_env
 
 import loaderdoctor
 from loaderdoctor.errors import LoaderDoctorError
@@ -160,7 +160,7 @@ def test_a_target_whose_function_raises_in_every_rank_says_so():
 
 def test_two_launcher_agents_on_this_machine_form_one_job_of_two_nodes(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = checkout_env()
 
     def node(rank: int) -> subprocess.Popen[str]:
         command = [

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from checkout import checkout_env
 
 from loaderdoctor import scenarios
 
@@ -26,7 +26,7 @@ DEFAULT_BUDGET_S = 20
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = checkout_env()
     command = [sys.executable, "-m", "loaderdoctor", "check", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
 
