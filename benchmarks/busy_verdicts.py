@@ -22,7 +22,8 @@ all rounds, the lowest and highest of the rounds' speedups, and check's speedup 
 per loader says whether the main finding was the same in every run, whether a healthy loader got a critical
 finding under load, and whether every verified speedup was within 25% of the plain loops' or, under load, within
 the range of the plain loops' own rounds (where the truth itself moves that much under the load, a figure inside
-its range is as right as the plain loops' mean; the report not-measured is no miss either). The benchmark
+its range is as right as the plain loops' mean), or the report said no figure was fair (Verification.unsteady:
+the direction and the range only; not-measured is no miss either). The benchmark
 measures and prints; it asserts nothing and exits 0.
 """
 
@@ -218,6 +219,7 @@ class Row:
     plain_rates: tuple[float, float] | None = None
     busy_pairs: int = 0
     under_load: bool = False  # the report says the speedup is the machine's under that load
+    unsteady: bool = False  # the report says no one figure is fair under that load, and gives the range
     check_spread: tuple[float, float] | None = None  # the lowest and highest of check's pairs of windows
     plain_spread: tuple[float, float] | None = None  # the lowest and highest of the plain loops' rounds
 
@@ -227,7 +229,7 @@ class Row:
         range of the plain loops' own rounds (None: nothing to compare)."""
         if self.ratio is None or self.check_speedup is None:
             return None
-        if abs(self.ratio - 1) <= GOAL_SPEEDUP_DIFF:
+        if abs(self.ratio - 1) <= GOAL_SPEEDUP_DIFF or self.unsteady:
             return True
         low, high = self.plain_spread or (0.0, 0.0)
         return self.load > 0 and low <= self.check_speedup <= high
@@ -269,6 +271,7 @@ def check(name: str, load: int, run: int, budget_s: float, plain_s: float, round
         row.check_rates = (verification["before"], verification["after"])
         row.busy_pairs = verification.get("busy_window_pairs") or 0
         row.under_load = bool(verification.get("under_load"))
+        row.unsteady = bool(verification.get("unsteady"))
         row.check_spread = tuple(verification["spread"]) if verification.get("spread") else None
         if row.check_speedup is not None:
             plain_in_turns(row, name, loader["recording"]["settings"], verification["settings"], plain_s, rounds)
@@ -330,7 +333,8 @@ def main(argv: list[str]) -> int:
             for run in range(args.runs):
                 row = check(name, load, run, args.budget, args.plain_s, args.rounds)
                 rows.append(row)
-                ratio = "-" if row.ratio is None else f"{row.ratio:.2f}" + ("*" if row.under_load else " ")
+                mark = "~" if row.unsteady else "*" if row.under_load else " "
+                ratio = "-" if row.ratio is None else f"{row.ratio:.2f}{mark}"
                 print(
                     f"{name:12} {load:>4} {run:>3}  {row.main:28} {row.verdict or '-':14} "
                     f"{_rates(row.check_rates):>14} {_x(row.check_speedup):>7} {_spread(row.check_spread):>11} "
@@ -340,7 +344,8 @@ def main(argv: list[str]) -> int:
                 )
     print("\nper loader: main finding the same in every run; healthy loaders without a critical finding under load;")
     print(f"verified speedups within {GOAL_SPEEDUP_DIFF:.0%} of the plain loops' under the same load, or, under load,")
-    print("within the range of the plain loops' own rounds (* marks a report that says every pair was busy)")
+    print("within the range of the plain loops' own rounds, or said by the report to be no fair figure (~); *: every")
+    print("pair of the report was busy")
     for name in args.names:
         mine = [r for r in rows if r.name == name]
         mains = sorted({r.main.split(" (")[0] for r in mine})

@@ -66,6 +66,9 @@ class Verification:
     # Every pair of windows was measured while other processes took cores: the speedup is this machine's under
     # that load, which can differ from a quiet machine's (the note says so).
     under_load: bool = False
+    # Under that load the pairs' speedups differed too much for one fair figure (verify.UNSTEADY_SPREAD): the note
+    # gives the direction and the range, and no report shows the speedup as one figure.
+    unsteady: bool = False
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -102,6 +105,7 @@ class Verification:
             "other_processes_cores": rounded(self.other_cores, 3),
             "other_processes": [dataclasses.asdict(p) for p in self.other_processes],
             "under_load": self.under_load,
+            "unsteady": self.unsteady,
             "note": self.note,
             "source": self.source,
             "after_recording": None if self.after_recording is None else self.after_recording.to_dict(),

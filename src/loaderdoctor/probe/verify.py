@@ -58,6 +58,11 @@ SHORTEST_WINDOW_S = 0.25  # and down to this to fit MIN_PAIRS rounds into a smal
 MAX_WINDOW_S = 5.0
 # A window measures something only with this many steady batches in it.
 MIN_WINDOW_BATCHES = 4
+# Under other processes' load, pairs whose speedups differ by more than this factor (the highest over the lowest)
+# give no one fair figure: the load moved the rates more than the fix did between windows, and the report says
+# so, with the range (benchmarks/busy_verdicts.py: audio beside a hog, pairs 3.5x to 8.6x where plain loops in
+# turns gave 3.6x to 3.9x).
+UNSTEADY_SPREAD = 1.5
 # Time a window's warm-up takes on top of its measuring, for planning the rounds.
 _WARM_UP_S = 0.3
 # A start-up saved, once per run, counts as a gain when it is at least this long (and half of it or more).
@@ -309,19 +314,35 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
             f"({_x_range(busy)}) left out"
         )
     under_load = all(p.other_cores >= BUSY_OTHER_CORES for p in used)
+    unsteady = under_load and spread[1] > UNSTEADY_SPREAD * spread[0]
     if under_load:
         low, high = min(p.other_cores for p in used), max(p.other_cores for p in used)
         taken = f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f}"
-        note += (
-            f"; every pair was measured while other processes took {taken} cores: a fair comparison under that "
-            "load (both settings in turns), which can differ from a quiet machine's"
-        )
+        if unsteady:
+            note = _unsteady_note(verdict, spread, len(ratios), taken)
+        else:
+            note += (
+                f"; every pair was measured while other processes took {taken} cores: a fair comparison under "
+                "that load (both settings in turns), which can differ from a quiet machine's"
+            )
     if verdict == "quicker-start":
         note = f"starts in {startups[1]:.2f} s instead of {startups[0]:.2f} s, once per run, and runs as fast ({note})"
     return Verification(
         settings, rate_before, rate_after, before.outcome, after.outcome, verdict, note,
-        spread=spread, pairs=len(ratios), busy_pairs=len(busy), under_load=under_load, **common,
+        spread=spread, pairs=len(ratios), busy_pairs=len(busy), under_load=under_load, unsteady=unsteady,
+        **common,
     )  # fmt: skip
+
+
+def _unsteady_note(verdict: str, spread: tuple[float, float], pairs: int, taken: str) -> str:
+    """The note for pairs that differ too much under load for one figure: the direction, and the range."""
+    measured = f"{pairs} pairs of windows, {spread[0]:.2f}x to {spread[1]:.2f}x"
+    direction = {"faster": "faster", "slower": "slower"}.get(verdict, "no clear difference")
+    return (
+        f"{direction} ({measured}), but by how much could not be measured fairly: other processes took {taken} "
+        "cores throughout, and moved the rates between windows more than one figure allows; check again on a "
+        "quieter machine for one"
+    )
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,8 @@ def _verification(lr: LoaderReport) -> str:
         figures = ""
     else:
         speedup = v.speedup
-        figures = f"{v.before:.1f} → {v.after:.1f} batches/s" + ("" if speedup is None else f" ({speedup:.2f}x)")
+        shown = speedup is not None and not v.unsteady  # an unsteady one is a range, in the note
+        figures = f"{v.before:.1f} → {v.after:.1f} batches/s" + (f" ({speedup:.2f}x)" if shown else "")
     lines = [figures, v.note, startup_words(v) or ""]
     snippet = code(v.settings.snippet()) if v.helped and v.source != "lock-free" else ""
     return verdict_box("good" if v.helped else "warning", head, change, lines, snippet)
