@@ -1,4 +1,5 @@
-"""workers/deaths.worker_death: which worker died, with what exit status, holding which index."""
+"""A worker caught as it ends: workers/deaths.worker_death waits for its exit status; workers/sampler leaves out
+a sample read after its memory was given back."""
 
 from __future__ import annotations
 
@@ -37,3 +38,33 @@ def test_a_worker_seen_ending_before_its_exit_status_is_there_is_waited_for():
             os.close(descriptor)
     assert (death.pid, death.index, signal_name(death.exitcode)) == (101, 37, "SIGSEGV")
     assert dying.joined and not living.joined
+
+
+class _ExitingProcess:
+    """A psutil.Process of a worker caught as it exits: it answers, but its memory is already given back."""
+
+    pid = 4242
+
+    def oneshot(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def memory_full_info(self):
+        return SimpleNamespace(uss=0, rss=0)
+
+    def cpu_times(self):
+        return SimpleNamespace(user=1.0, system=0.1)
+
+    def num_threads(self):
+        return 1
+
+
+def test_a_worker_sampled_as_it_exits_is_no_sample():
+    """Read between its memory's release and its end, a worker shows 0 bytes: "up to 0 MB private memory each"."""
+    from loaderdoctor.workers.sampler import WorkerSampler
+
+    sampler = WorkerSampler(lambda: [_ExitingProcess.pid])
+    sampler._processes[_ExitingProcess.pid] = _ExitingProcess()  # type: ignore[assignment]
+    sampler.sample_once()
+    assert sampler.samples == []

@@ -171,6 +171,8 @@ class WorkerSampler:
                     threads = max(1, proc.num_threads() - self._own_threads)
             except (psutil.Error, OSError):
                 continue  # a worker that ended between listing and sampling
+            if memory.rss == 0:  # one exiting: its memory is given back, and it is no sample of a running worker
+                continue
             cpu_s = cpu.user + cpu.system
             taken.append(WorkerSample(t_s, pid, memory.uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
         try:
