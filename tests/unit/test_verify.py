@@ -11,7 +11,8 @@ from recordings import make_recording
 from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
-from loaderdoctor.probe.verify import compare, decide, fix_kind, verify
+from loaderdoctor.probe.verdict import compare, decide
+from loaderdoctor.probe.verify import fix_kind, verify
 from loaderdoctor.recording.record import Recording, Window
 from loaderdoctor.report import Finding
 
@@ -68,7 +69,7 @@ def test_pairs_measured_while_other_processes_took_cores_are_left_out(monkeypatc
     before = _run(0.03, slow={1: 3.0, 3: 3.0})  # 50 ms a batch becomes 110 ms
     after = _run(0.005, settings=FIX, slow={1: 2.6, 3: 2.6})  # 25 ms becomes 33 ms
     loads = {id(w): 1.0 if i in busy_windows else 0.05 for rec in (before, after) for i, w in enumerate(rec.windows)}
-    monkeypatch.setattr("loaderdoctor.probe.verify.other_cores", lambda rec, window=None: loads.get(id(window)))
+    monkeypatch.setattr("loaderdoctor.probe.verdict.other_cores", lambda rec, window=None: loads.get(id(window)))
     v = compare(before, after, "speed")
     assert v.verdict == "faster"
     assert v.speedup == pytest.approx(2.0, rel=0.02) and v.pairs == 4 and v.busy_pairs == 2
@@ -90,7 +91,7 @@ def test_pairs_that_differ_too_much_under_load_give_a_range_and_say_no_figure_is
     each other, beside a hog): pairs from 2x to 5x. Faster in every pair; by how much is not one figure."""
     before = _run(0.03, slow={1: 3.0, 3: 3.0, 5: 2.0})
     after = _run(0.005, settings=FIX)
-    monkeypatch.setattr("loaderdoctor.probe.verify.other_cores", lambda rec, window=None: 1.0)
+    monkeypatch.setattr("loaderdoctor.probe.verdict.other_cores", lambda rec, window=None: 1.0)
     v = compare(before, after, "speed")
     assert v.verdict == "faster" and v.helped and v.under_load and v.unsteady
     assert v.spread[1] > 1.5 * v.spread[0]

@@ -66,7 +66,7 @@ class Verification:
     # Every pair of windows was measured while other processes took cores: the speedup is this machine's under
     # that load, which can differ from a quiet machine's (the note says so).
     under_load: bool = False
-    # Under that load the pairs' speedups differed too much for one fair figure (verify.UNSTEADY_SPREAD): the note
+    # Under that load the pairs' speedups differed too much for one fair figure (verdict.UNSTEADY_SPREAD): the note
     # gives the direction and the range, and no report shows the speedup as one figure.
     unsteady: bool = False
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from loaderdoctor.errors import LoaderDoctorError, UsageError
 from loaderdoctor.loader.ddp import DdpPlan, ddp_plan
 from loaderdoctor.probe.budget import check_budget, target_limit_s
-from loaderdoctor.probe.verify import MIN_SPEEDUP
+from loaderdoctor.probe.verdict import MIN_SPEEDUP
 from loaderdoctor.report import Verification
 from loaderdoctor.rules.locks import lock_free_provable
 from loaderdoctor.scale import join
