@@ -162,9 +162,12 @@ def test_train_and_val_are_recorded_apart_and_validation_is_no_wait_for_training
     assert [e.batches for e in val_rec.epochs] == [4, 4, 4, 4]
     assert train_rec.step_s == pytest.approx(0.02, abs=0.015)
     assert val_rec.step_s == pytest.approx(0.06, abs=0.03)
-    assert max(b.wait_s for b in train_rec.batches if b.index > 0) < 0.03
-    assert wait_fraction(train_rec) < 0.05
-    assert "input-bound" not in [f.rule for f in callback.reports["apart/train"].findings]
+    # Validation counted as the training loader's wait would be about 1 s of a 2 s fit (a fraction near 0.45, and
+    # one wait of 240 ms); loading Busy(0.0) in the main process beside another test's load is a few ms a batch.
+    assert max(b.wait_s for b in train_rec.batches if b.index > 0) < 0.1
+    assert wait_fraction(train_rec) < 0.2
+    # Quiet, no finding; beside another test's load, main-process loading can reach a warning's few percent.
+    assert ("input-bound", "critical") not in [(f.rule, f.severity) for f in callback.reports["apart/train"].findings]
 
 
 class Corrupt(Busy):
