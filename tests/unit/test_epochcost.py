@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -31,11 +32,28 @@ def test_without_a_price_or_a_fix_only_the_time_now():
 
 def test_from_a_report_the_verified_rates_and_the_loaders_length():
     rec = make_recording()
-    helped = SimpleNamespace(before=10.0, after=25.0, helped=True, speedup=2.5)
+    helped = SimpleNamespace(before=10.0, after=25.0, helped=True, speedup=2.5, unsteady=False, spread=(2.4, 2.6))
     cost = epoch_cost(SimpleNamespace(recording=rec, verification=helped), None, 6.0)
     assert cost is not None
     assert cost.batches == rec.batches_per_epoch
     assert (cost.batches_per_s, cost.fixed_batches_per_s) == (10.0, 25.0)
-    slower = SimpleNamespace(before=10.0, after=8.0, helped=False, speedup=0.8)
+    assert cost.fixed_speedup_range is None and cost.fixed_epoch_s == pytest.approx(cost.batches / 25.0)
+    slower = SimpleNamespace(before=10.0, after=8.0, helped=False, speedup=0.8, unsteady=False, spread=(0.7, 0.9))
     cost = epoch_cost(SimpleNamespace(recording=rec, verification=slower), 500, None)
     assert cost is not None and cost.batches == 500 and cost.fixed_batches_per_s is None
+
+
+def test_a_fix_measured_unsteadily_under_load_gives_a_range_of_epoch_times_not_one():
+    rec = make_recording()
+    unsteady = SimpleNamespace(before=10.0, after=25.0, helped=True, speedup=2.5, unsteady=True, spread=(1.6, 4.0))
+    cost = epoch_cost(SimpleNamespace(recording=rec, verification=unsteady), 100, 36.0)
+    assert cost is not None and cost.fixed_speedup_range == (1.6, 4.0)
+    assert cost.fixed_epoch_s is None and cost.saved_per_epoch is None
+    assert cost.fixed_epoch_range_s == pytest.approx((10.0 / 4.0, 10.0 / 1.6))
+    assert cost.words() == (
+        "an epoch of 100 batches: 10 s now, 2 s to 6 s with the fix (the machine's load moved its measurement "
+        "too much for one figure); $0.10 per epoch"
+    )
+    data = json.loads(json.dumps(cost.to_dict()))
+    assert data["fixed_epoch_s"] is None and data["fixed_epoch_s_range"] == pytest.approx([2.5, 6.25])
+    assert EpochCost.from_dict(data) == cost
