@@ -9,6 +9,7 @@ from typing import Any
 
 from loaderdoctor.loader.ddp import DdpPlan
 from loaderdoctor.plain.data import dataclass_from_written
+from loaderdoctor.plain.numbers import rounded
 from loaderdoctor.probe.verification import NO_RATE, Verification
 from loaderdoctor.recording.epochcost import EpochCost
 from loaderdoctor.recording.limit import Limit, host_limit, share_of_limit
@@ -29,7 +30,6 @@ from loaderdoctor.recording.record import (
     wait_fraction,
 )
 from loaderdoctor.recording.usage import loading_cpu, other_cores, worker_uss_after_startup
-from loaderdoctor.rules._common import rounded
 from loaderdoctor.rules.finding import Finding
 
 SCHEMA = "loaderdoctor.check/1"

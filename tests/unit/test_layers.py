@@ -1,9 +1,11 @@
 """No import runs back up: each module of loaderdoctor imports only from its own layer and the layers below it
-(docs/ARCHITECTURE.md draws them). A module of a layer not listed here fails too: a new folder takes a place."""
+(docs/ARCHITECTURE.md draws them). A module of a layer not listed here fails too: a new folder takes a place.
+Nor does a module import what another folder keeps private (a name or module beginning with '_')."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import loaderdoctor
@@ -42,29 +44,62 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(relative.parts)
 
 
+Import = ast.Import | ast.ImportFrom
+
+
+def _modules(package: Path) -> Iterator[tuple[str, list[Import]]]:
+    """Each module of `package` by its dotted name, with every import it holds (in functions too)."""
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        yield _module_name(path, package), [node for node in ast.walk(tree) if isinstance(node, Import)]
+
+
+def _imported(node: Import) -> list[str]:
+    """The modules of loaderdoctor an import names ('from loaderdoctor import x' names loaderdoctor.x)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name.split(".")[0] == "loaderdoctor"]
+    if node.level or not node.module or node.module.split(".")[0] != "loaderdoctor":
+        return []
+    if node.module == "loaderdoctor":
+        return [f"{node.module}.{alias.name}" for alias in node.names]
+    return [node.module]
+
+
 def imports_running_back_up(package: Path = PACKAGE) -> list[str]:
     """Each import of a module of `package` from a layer above its own, as 'importer -> imported'."""
     found = []
-    for path in sorted(package.rglob("*.py")):
-        importer = _module_name(path, package)
+    for importer, imports in _modules(package):
         own = LAYER_OF.get(_part(importer))
         if own is None:
             found.append(f"{importer}: its folder or module is in no layer")
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "loaderdoctor":
-                names = (
-                    [f"{node.module}.{alias.name}" for alias in node.names]
-                    if node.module == "loaderdoctor"
-                    else [node.module]
-                )
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names if alias.name.split(".")[0] == "loaderdoctor"]
-            else:
-                continue
+        for name in (name for node in imports for name in _imported(node)):
+            layer = LAYER_OF.get(_part(name))
+            if layer is None or layer > own:
+                found.append(f"{importer} -> {name}")
+    return found
+
+
+# The one private module every folder may import: the version the build writes.
+PRIVATE_FOR_ALL = {"loaderdoctor._version"}
+
+
+def _private(name: str) -> bool:
+    """Whether a dotted name has a private part: '_common' has, '__version__' and '__init__' have not."""
+    return any(part.startswith("_") and not part.endswith("__") for part in name.split("."))
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    """Each import of a private module or name (one beginning with '_') from another folder or top module than
+    the importer's own, as 'importer -> imported': what is private is for its own folder only."""
+    found = []
+    for importer, imports in _modules(package):
+        for node in imports:
+            names = _imported(node)
+            if isinstance(node, ast.ImportFrom) and names == [node.module]:
+                names += [f"{node.module}.{alias.name}" for alias in node.names if _private(alias.name)]
             for name in names:
-                layer = LAYER_OF.get(_part(name))
-                if layer is None or layer > own:
+                if _private(name) and _part(name) != _part(importer) and name not in PRIVATE_FOR_ALL:
                     found.append(f"{importer} -> {name}")
     return found
 
@@ -83,4 +118,32 @@ def test_an_import_from_a_layer_above_is_caught(tmp_path):
     assert imports_running_back_up(fake) == [
         "loaderdoctor.newfolder.thing: its folder or module is in no layer",
         "loaderdoctor.plain.words -> loaderdoctor.report",
+    ]
+
+
+def test_no_module_imports_what_another_folder_keeps_private():
+    assert private_imports() == []
+
+
+def test_an_import_of_another_folders_private_module_or_name_is_caught(tmp_path):
+    fake = tmp_path / "loaderdoctor"
+    for folder in ("rules", "history"):
+        (fake / folder).mkdir(parents=True)
+    (fake / "_version.py").write_text("__version__ = '1'\n")
+    (fake / "rules" / "_common.py").write_text("MIB = 2**20\n")
+    (fake / "rules" / "memory.py").write_text("from loaderdoctor.rules._common import MIB\n")  # its own folder's
+    (fake / "rules" / "finding.py").write_text("def _severity(): ...\n")
+    (fake / "history" / "changes.py").write_text(  # the import lines history held before the pieces moved
+        "from loaderdoctor.rules._common import MIB, WARNING_TIME_SHARE, percent\n"
+        "from loaderdoctor.rules import _common\n"
+        "import loaderdoctor.rules._common\n"
+        "from loaderdoctor.rules.finding import Finding, _severity\n"
+        "from loaderdoctor._version import __version__\n"
+        "from loaderdoctor import startup as _startup\n"
+    )
+    assert private_imports(fake) == [
+        "loaderdoctor.history.changes -> loaderdoctor.rules._common",
+        "loaderdoctor.history.changes -> loaderdoctor.rules._common",
+        "loaderdoctor.history.changes -> loaderdoctor.rules._common",
+        "loaderdoctor.history.changes -> loaderdoctor.rules.finding._severity",
     ]

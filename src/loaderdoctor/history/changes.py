@@ -26,7 +26,9 @@ from loaderdoctor.history.figures import (
 from loaderdoctor.history.processes import cores_taken_by_others, other_processes, stray_workers
 from loaderdoctor.history.records import RunRecord
 from loaderdoctor.loader.settings import Settings
-from loaderdoctor.rules._common import MIB, WARNING_TIME_SHARE, percent
+from loaderdoctor.plain.numbers import MIB
+from loaderdoctor.plain.words import percent
+from loaderdoctor.rules.finding import WARNING_TIME_SHARE
 
 # The step counts as slower from a fifth more; the wait share as risen from 5 points more (below: noise), and
 # as a change worth naming from 10 points more.

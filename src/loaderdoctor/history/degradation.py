@@ -9,7 +9,7 @@ from loaderdoctor.history.changes import ranked_changes
 from loaderdoctor.history.figures import TAKES_CORES, Change, figure, number, takes_cores, usable_cores
 from loaderdoctor.history.processes import cores_taken_by_others
 from loaderdoctor.history.records import RunRecord
-from loaderdoctor.rules._common import percent
+from loaderdoctor.plain.words import percent
 from loaderdoctor.rules.finding import Finding
 
 # A run is degraded below this share of its baseline's rate (the median of the runs compared), critical below

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoctor.history.records import RunRecord
-from loaderdoctor.rules._common import MIB
+from loaderdoctor.plain.numbers import MIB
 
 # Processes take cores from a run in earnest from half a core, or from a quarter of the usable cores on a machine
 # of fewer than two.

@@ -32,3 +32,10 @@ def duration(seconds: float) -> str:
 def money(amount: float) -> str:
     """'$0.42', '$40', '$1,250': cents only below $100."""
     return f"${amount:,.2f}" if amount < 100 else f"${amount:,.0f}"
+
+
+def percent(fraction: float) -> str:
+    """A fraction in the words a title uses: '62%', or '0.4%' when it is small."""
+    if fraction >= 0.01:
+        return f"{fraction * 100:.0f}%"
+    return f"{fraction * 100:.1f}%"

@@ -9,8 +9,8 @@ from typing import Any
 
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.plain.data import dataclass_from_written
+from loaderdoctor.plain.numbers import rounded
 from loaderdoctor.recording.record import OtherProcess, Recording
-from loaderdoctor.rules._common import rounded
 
 # What the measuring showed of a fix: faster (helps); quicker-start (its workers start far sooner, once per
 # run, and it runs no slower: helps); as-fast (no slower, and the fix is about safety or cost, not speed:

@@ -5,18 +5,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from loaderdoctor.plain.numbers import MIB
 from loaderdoctor.recording.record import (
     Recording,
     WorkerSample,
     steady_batches,  # one definition of steady state
 )
-
-MIB = 2**20
-
-# TensorFlow's input-pipeline analyzer draws the same lines: under 5% of the time is not worth a warning,
-# over 20% is the main cost of the run.
-CRITICAL_TIME_SHARE = 0.20
-WARNING_TIME_SHARE = 0.05
 
 # How much loading computes rather than waits (usage.LoadingCpu.compute_share): from this share on, loading
 # computes all it can and more workers than cores only compete; below WAITING_SHARE its processes mostly wait
@@ -34,26 +28,6 @@ DEFAULT_PREFETCH_FACTOR = 2
 def mb(nbytes: float) -> float:
     """Bytes as MiB, rounded for evidence and titles."""
     return round(nbytes / MIB, 1)
-
-
-def percent(fraction: float) -> str:
-    """A fraction in the words a title uses: '62%', or '0.4%' when it is small."""
-    if fraction >= 0.01:
-        return f"{fraction * 100:.0f}%"
-    return f"{fraction * 100:.1f}%"
-
-
-def time_cost_severity(fraction: float) -> str | None:
-    """The severity of a measured share of the run's time, None when it is too small to mention."""
-    if fraction > CRITICAL_TIME_SHARE:
-        return "critical"
-    if fraction >= WARNING_TIME_SHARE:
-        return "warning"
-    return None
-
-
-def rounded(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def settings_snippet(rec: Recording, change: dict[str, Any]) -> str | None:

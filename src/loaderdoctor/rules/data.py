@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from loaderdoctor.plain.words import percent
 from loaderdoctor.recording.record import Recording
-from loaderdoctor.rules._common import percent
 from loaderdoctor.rules.finding import Finding
 
 SHOWN_INDICES = 20

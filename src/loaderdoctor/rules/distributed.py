@@ -5,9 +5,8 @@ the epochs its sampler held (a shuffle that never changes because set_epoch() is
 from __future__ import annotations
 
 from loaderdoctor.loader.facts import LoaderFacts
-from loaderdoctor.plain.words import plural
+from loaderdoctor.plain.words import percent, plural
 from loaderdoctor.recording.record import Recording
-from loaderdoctor.rules._common import percent
 from loaderdoctor.rules.finding import Finding
 
 # Ranks that share more than this of their samples load the same data: a split leaves only its padding.

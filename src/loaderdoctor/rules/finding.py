@@ -9,6 +9,20 @@ from loaderdoctor.plain.data import dataclass_from_written
 
 SEVERITIES = ("critical", "warning", "info")
 
+# TensorFlow's input-pipeline analyzer draws the same lines: under 5% of the time is not worth a warning,
+# over 20% is the main cost of the run.
+CRITICAL_TIME_SHARE = 0.20
+WARNING_TIME_SHARE = 0.05
+
+
+def time_cost_severity(fraction: float) -> str | None:
+    """The severity of a measured share of the run's time, None when it is too small to mention."""
+    if fraction > CRITICAL_TIME_SHARE:
+        return "critical"
+    if fraction >= WARNING_TIME_SHARE:
+        return "warning"
+    return None
+
 
 @dataclass
 class Finding:

@@ -6,20 +6,18 @@ import math
 from typing import Any
 
 from loaderdoctor.host.facts import program_name
-from loaderdoctor.plain.words import plural
+from loaderdoctor.plain.numbers import rounded
+from loaderdoctor.plain.words import percent, plural
 from loaderdoctor.recording.record import Recording, mean_batch_bytes, wait_fraction
 from loaderdoctor.recording.usage import LoadingCpu, loading_cpu
 from loaderdoctor.rules._common import (
-    CRITICAL_TIME_SHARE,
     DEFAULT_PREFETCH_FACTOR,
     POOLED_THREADS_PER_WORKER,
     mb,
-    percent,
-    rounded,
     settings_snippet,
     threads_per_worker,
 )
-from loaderdoctor.rules.finding import Finding
+from loaderdoctor.rules.finding import CRITICAL_TIME_SHARE, Finding
 
 # Thread pools this many times the cores compete whatever else is measured.
 MAX_THREADS_PER_CORE = 4

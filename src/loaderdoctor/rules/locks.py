@@ -1,7 +1,7 @@
 """Rule about workers that wait on a lock: the line where they wait, which lock, what it costs the training
 loop, and whether the lock may go (a lock around reads of read-only files) or guards writes and must stay.
 
-The waiting is measured inside each worker (see sitesampler.py): the wall time the workers' main threads spent
+The waiting is measured inside each worker (see workers/sites.py): the wall time the workers' main threads spent
 at the lock call with the CPU idle, over the time they had work. Time a worker waits in torch's loop for its
 next indices is left out of that total (reported apart as workers_idle_share): workers that keep up idle
 there, and a lock they wait on briefly between idle stretches still costs each sample its wait.
@@ -10,11 +10,10 @@ there, and a lock they wait on briefly between idle stretches still costs each s
 from __future__ import annotations
 
 from loaderdoctor.plain.usercode import display_path
-from loaderdoctor.plain.words import plural
+from loaderdoctor.plain.words import percent, plural
 from loaderdoctor.recording.forksafety import recorded_hazards
 from loaderdoctor.recording.record import Recording, wait_fraction
-from loaderdoctor.rules._common import percent, time_cost_severity
-from loaderdoctor.rules.finding import Finding
+from loaderdoctor.rules.finding import Finding, time_cost_severity
 from loaderdoctor.workers.activity import LockCalls, WorkerActivity, WorkerSite
 
 # A lock site counts when the workers were seen there this often, waiting this share of their busy time.

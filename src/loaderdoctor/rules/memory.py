@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import statistics
 
+from loaderdoctor.plain.numbers import MIB
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.record import Recording, WorkerSample, mean_batch_bytes
 from loaderdoctor.recording.usage import worker_growth, worker_samples_after_startup
-from loaderdoctor.rules._common import MIB, mb, settings_snippet
+from loaderdoctor.rules._common import mb, settings_snippet
 from loaderdoctor.rules.finding import Finding
 
 # Growth of a worker's USS after its first batch, per worker, that is named, whether it still rises or not: a

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import statistics
 
+from loaderdoctor.plain.words import percent
 from loaderdoctor.recording.record import Recording, steady_batches
-from loaderdoctor.rules._common import CRITICAL_TIME_SHARE, WARNING_TIME_SHARE, percent
-from loaderdoctor.rules.finding import Finding
+from loaderdoctor.rules.finding import CRITICAL_TIME_SHARE, WARNING_TIME_SHARE, Finding
 
 # A rank is a straggler when it waits on data at least STRAGGLER_RATIO times the median of the other ranks'
 # wait, at least STRAGGLER_MIN_S more per batch (a few ms against a few ms is no straggler), and the others

@@ -7,7 +7,8 @@ import math
 import statistics
 from typing import Any
 
-from loaderdoctor.plain.words import plural
+from loaderdoctor.plain.numbers import MIB, rounded
+from loaderdoctor.plain.words import percent, plural
 from loaderdoctor.recording.forksafety import recorded_hazards
 from loaderdoctor.recording.record import (
     NOTABLE_DESCHEDULED_WAIT_S,
@@ -19,19 +20,13 @@ from loaderdoctor.recording.record import (
 from loaderdoctor.recording.usage import BUSY_OTHER_CORES, LoadingCpu, loading_cpu
 from loaderdoctor.rules._common import (
     COMPUTING_SHARE,
-    CRITICAL_TIME_SHARE,
-    MIB,
     WAITING_SHARE,
-    WARNING_TIME_SHARE,
     mb,
-    percent,
-    rounded,
     settings_snippet,
     steady_batches,
     steady_interval_s,
-    time_cost_severity,
 )
-from loaderdoctor.rules.finding import Finding
+from loaderdoctor.rules.finding import CRITICAL_TIME_SHARE, WARNING_TIME_SHARE, Finding, time_cost_severity
 
 # Workers that wait on I/O: more of them than cores helps, up to a point where memory and open files cost
 # more than the extra reads in flight gain.

@@ -56,7 +56,8 @@ class LoaderTuning:
         binds = [run.limit_binds for run in trial.runs if run.limit_binds]
         return {
             "batches_per_s": round(trial.limit_batches_per_s, 3),
-            "binds": max(set(binds), key=binds.count) if binds else None,
+            # the most runs' binds; of a tie, the earliest run's (not a set's order, which changes per process)
+            "binds": max(binds, key=binds.count) if binds else None,
             "trial": trial.number,
             "note": self._limit_note(),
         }
