@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoctor.host.facts import OWN_THREAD_PREFIX
+from loaderdoctor.plain.background import BackgroundThread
 from loaderdoctor.tap.iterator import Tap
 
 log = logging.getLogger("loaderdoctor")
@@ -67,34 +67,30 @@ class Watchdog:
         self._on_stall = on_stall
         self._workers_idle = workers_idle
         self.deadline = deadline  # may be moved by the caller as its budget changes
-        self._tick_s = tick_s
-        self._stop = threading.Event()
         self.fired: StallNotice | None = None
-        self._thread = threading.Thread(target=self._run, name=OWN_THREAD_PREFIX + "watchdog", daemon=True)
+        self._thread = BackgroundThread(OWN_THREAD_PREFIX + "watchdog", self._tick, tick_s)
 
     def start(self) -> Watchdog:
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        """Stop watching (from any thread, the watchdog's own included, as its stall handler may)."""
+        self._thread.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._tick_s):
+    def _tick(self) -> None:
+        try:
+            notice = self.check(self._tap.clock())
+        except Exception:  # a watchdog that dies silently would let a hang run forever
+            log.exception("the watchdog's check failed; it goes on")
+            return
+        if notice is not None:
+            self.fired = notice
+            self._thread.stop()  # it fires once: from its own thread, this ends the loop after this tick
             try:
-                notice = self.check(self._tap.clock())
-            except Exception:  # a watchdog that dies silently would let a hang run forever
-                log.exception("the watchdog's check failed; it goes on")
-                continue
-            if notice is not None:
-                self.fired = notice
-                try:
-                    self._on_stall(notice)
-                except Exception:  # the responder ends the workers before anything that could raise
-                    log.exception("the stall handler failed after the stall at epoch %d", notice.epoch)
-                return
+                self._on_stall(notice)
+            except Exception:  # the responder ends the workers before anything that could raise
+                log.exception("the stall handler failed after the stall at epoch %d", notice.epoch)
 
     def check(self, now: float) -> StallNotice | None:
         """The stall notice due at clock time `now`, if any."""

@@ -24,6 +24,7 @@ from loaderdoctor.host.facts import OWN_THREAD_PREFIX
 from loaderdoctor.host.snapshot import HostSnapshot, take_snapshot
 from loaderdoctor.loader.facts import loader_facts
 from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.plain.background import BackgroundThread
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.limit import limit_words
 from loaderdoctor.recording.rates import delivered_batches, training_rate
@@ -128,8 +129,7 @@ class WatchRun:
         )
         recorder = self.recorder  # not self: a run and its sampler holding each other would keep the loader
         self.sampler = recorder.worker_sampler(lambda: recorder.worker_pids)
-        self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, name=OWN_THREAD_PREFIX + "watch", daemon=True)
+        self._ticker = BackgroundThread(OWN_THREAD_PREFIX + "watch", self._tick, log_every_s)
         self._lock = threading.Lock()
         self._last_tick = (self.recorder.started, 0, 0.0, 0, 0.0)  # clock, batches, wait, samples, step
         self.running = False
@@ -197,16 +197,15 @@ class WatchRun:
         return (now, r.delivered, r.wait_s, r.samples, r.step_s)
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.log_every_s):
-            try:
-                with self._lock:
-                    now = self.recorder.clock()
-                    line = progress_line(self._progress(self._last_tick, now))
-                    self._last_tick = self._stretch_now(now)
-                    self.recorder.other_load.observe()
-                log.info("%s", line)
-            except Exception as error:  # a progress line is not worth a training run
-                log.debug("watch progress line failed: %s", error)
+        try:
+            with self._lock:
+                now = self.recorder.clock()
+                line = progress_line(self._progress(self._last_tick, now))
+                self._last_tick = self._stretch_now(now)
+                self.recorder.other_load.observe()
+            log.info("%s", line)
+        except Exception as error:  # a progress line is not worth a training run
+            log.debug("watch progress line failed: %s", error)
 
     def _log_epoch_end(self, event: EpochEnded) -> None:
         epochs = self.recorder.rec.epochs
@@ -240,9 +239,7 @@ class WatchRun:
         if self.closed:
             return self.report
         self.closed = True
-        self._stop.set()
-        if self._ticker.is_alive() and self._ticker is not threading.current_thread():
-            self._ticker.join()
+        self._ticker.stop()
         self.sampler.stop()
         with contextlib.suppress(ValueError):
             self.listeners.remove(self.on_event)  # the tap (or guard) and this run held each other: now apart

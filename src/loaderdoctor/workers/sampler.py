@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from loaderdoctor.host.facts import OWN_THREAD_PREFIX, thread_frames
+from loaderdoctor.plain.background import BackgroundThread
 from loaderdoctor.plain.frames import StackFrame
 from loaderdoctor.plain.usercode import is_user_frame
 from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
@@ -23,7 +24,7 @@ from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
 STACK_SIGNAL = signal.SIGUSR1
 _DUMP_WAIT_S = 1.0
 # A worker that uses less than this share of a core is idle: one blocked on a lock uses none of its own, but
-# check's site sampler (sitesampler.py) wakes in it 100 times a second, 1-2% of a core measured here.
+# check's site sampler (workers/sites.py) wakes in it 100 times a second, 1-2% of a core measured here.
 IDLE_CORE_SHARE = 0.05
 
 
@@ -119,27 +120,24 @@ class WorkerSampler:
         self._keep_rounds = keep_rounds
         self._round_times: list[float] = []
         self._own_threads = own_threads
-        self._interval_s = interval_s
         self._clock = clock
         self._t0 = clock() if t0 is None else t0
         self._processes: dict[int, psutil.Process] = {}
         self._own = psutil.Process()
-        self._stop = threading.Event()
         self._active = threading.Event()
         self._active.set()
         self._lock = threading.Lock()
         self.samples: list[WorkerSample] = []
         self.host_samples: list[HostSample] = []
-        self._thread = threading.Thread(target=self._run, name=OWN_THREAD_PREFIX + "sampler", daemon=True)
+        self._thread = BackgroundThread(OWN_THREAD_PREFIX + "sampler", self._tick, interval_s)
 
     def start(self) -> WorkerSampler:
         self._thread.start()
         return self
 
     def stop(self) -> list[WorkerSample]:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        """Stop sampling (from any thread, the sampler's own included); the samples taken."""
+        self._thread.stop()
         return self.samples
 
     def pause(self) -> None:
@@ -154,10 +152,9 @@ class WorkerSampler:
             self._active.set()
             self.sample_once()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            if self._active.is_set():
-                self.sample_once()
+    def _tick(self) -> None:
+        if self._active.is_set():
+            self.sample_once()
 
     def sample_once(self) -> None:
         t_s = self._clock() - self._t0

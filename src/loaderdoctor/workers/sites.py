@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loaderdoctor.host.facts import OWN_THREAD_PREFIX, thread_frames
+from loaderdoctor.plain.background import BackgroundThread
 from loaderdoctor.plain.data import dataclass_from_dict
 from loaderdoctor.workers.activity import LockCalls, WorkerActivity, WorkerSite, busiest_sites, join_activities
 from loaderdoctor.workers.callsites import Site, site_of
@@ -73,27 +74,24 @@ class SiteSampler:
         self._last_wall = clock()
         self._last_cpu = time.clock_gettime(cpu_clock)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=OWN_THREAD_PREFIX + "site-sampler", daemon=True)
+        self._next_flush = 0.0
+        self._thread = BackgroundThread(OWN_THREAD_PREFIX + "site-sampler", self._tick, interval_s)
 
     def start(self) -> SiteSampler:
+        self._next_flush = self.clock() + self.flush_s
         self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stop sampling and write the totals one last time."""
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+        self._thread.stop()
         self.flush()
 
-    def _run(self) -> None:
-        next_flush = self.clock() + self.flush_s
-        while not self._stop.wait(self.interval_s):
-            self.sample_once()
-            if self.clock() >= next_flush:
-                self.flush()
-                next_flush = self.clock() + self.flush_s
+    def _tick(self) -> None:
+        self.sample_once()
+        if self.clock() >= self._next_flush:
+            self.flush()
+            self._next_flush = self.clock() + self.flush_s
 
     def sample_once(self) -> None:
         """Give the time since the last sample, wall and CPU, to the site where the thread is now."""
