@@ -44,6 +44,7 @@ from tune_pipelines import PIPELINES
 
 from loaderdoctor.host.facts import host_facts
 from loaderdoctor.loader.settings import LoaderSpec, Settings, quiet_worker_count_advice
+from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S, default_memory_budget, tune_loader
 from loaderdoctor.tune.space import grid
 
@@ -87,7 +88,7 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int, pair_round
     spec = LoaderSpec.from_loader(PIPELINES[name]())
     memory = default_memory_budget()
     host = host_facts()
-    tuned = tune_loader(name, spec, budget_s=budget_s, memory_bytes=memory, step=None, max_workers=max_workers)
+    tuned = tune_loader(name, Measuring(spec), budget_s=budget_s, memory_bytes=memory, max_workers=max_workers)
     # The plain loop of the tuner's choice right after the search, before the grid's 70-odd loaders have run in
     # this process (costly-startup's choice ran at 111 batches/s before them and 102 after): what the tuner's
     # figure is compared with.

@@ -9,10 +9,10 @@ from typing import Any
 
 from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.loader.settings import LoaderSpec, Settings
-from loaderdoctor.loader.workload import Step
 from loaderdoctor.plain.words import plural
 from loaderdoctor.probe.budget import check_budget, target_limit_s
-from loaderdoctor.probe.measure import ProbeProgress, probe
+from loaderdoctor.probe.measure import probe_with
+from loaderdoctor.probe.measuring import Measuring, ProbeProgress
 from loaderdoctor.probe.userstate import user_state_kept
 from loaderdoctor.probe.verify import verify
 from loaderdoctor.recording.epochcost import epoch_cost
@@ -72,22 +72,16 @@ def check(
     try:
         with user_state_kept(resolved.loaders.values()):
             step = resolved.workload.training_step(step_ms)
+            policy = policy or StallPolicy()
             deadline = time.monotonic() + budget_s
             reports: dict[str, LoaderReport] = {}
             names = list(resolved.loaders)
             for number, name in enumerate(names):
                 loader_budget = max(1.0, (deadline - time.monotonic()) / (len(names) - number))
-                spec = LoaderSpec.from_loader(resolved.loaders[name])
+                measuring = Measuring(LoaderSpec.from_loader(resolved.loaders[name]), step=step, policy=policy)
                 try:
                     reports[name] = _check_loader(
-                        name,
-                        spec,
-                        budget_s=loader_budget,
-                        epochs=epochs,
-                        step=step,
-                        verify_fix=verify_fix,
-                        policy=policy,
-                        progress=progress,
+                        name, measuring, budget_s=loader_budget, epochs=epochs, verify_fix=verify_fix, progress=progress
                     )
                     reports[name].epoch_cost = epoch_cost(reports[name], epoch_batches, cost_per_hour)
                 except KeyboardInterrupt as stop:
@@ -102,36 +96,33 @@ def check(
 
 def _check_loader(
     name: str,
-    spec: LoaderSpec,
+    measuring: Measuring,
     *,
     budget_s: float,
     epochs: int,
-    step: Step | None,
     verify_fix: bool,
-    policy: StallPolicy | None,
     progress: CheckProgress | None,
 ) -> LoaderReport:
-    """One loader: measure, diagnose, prescribe, search when worth it, and verify in turns."""
+    """One loader: measure, diagnose, prescribe, search when worth it, and verify in turns; each phase's figures
+    go to `progress` with the loader's name and the phase."""
     deadline = time.monotonic() + budget_s
     phase = _phase_progress(progress, name)
     measure_s = budget_s * (MEASURE_SHARE if verify_fix else 1.0)
-    recording = probe(spec, budget_s=measure_s, epochs=epochs, step=step, policy=policy, progress=phase("measure"))
+    recording = probe_with(measuring.with_progress(phase("measure")), budget_s=measure_s, epochs=epochs)
     findings = diagnose(recording)
     try:
-        return _fix_and_verify(name, spec, recording, findings, deadline, verify_fix, step, policy, progress)
+        return _fix_and_verify(name, measuring, recording, findings, deadline, verify_fix, progress)
     except KeyboardInterrupt:
         raise StoppedByUser(LoaderReport(name, recording, findings, None)) from None  # measured; no fix verified
 
 
 def _fix_and_verify(
     name: str,
-    spec: LoaderSpec,
+    measuring: Measuring,
     recording: Recording,
     findings: list[Finding],
     deadline: float,
     verify_fix: bool,
-    step: Step | None,
-    policy: StallPolicy | None,
     progress: CheckProgress | None,
 ) -> LoaderReport:
     """After the measurement: prescribe, search when worth it, and verify in turns; or, when the main
@@ -144,14 +135,11 @@ def _fix_and_verify(
         and lock_free_provable(recording.worker_activity)
     ):
         (without_lock,) = verify(
-            spec,
+            measuring.with_progress(phase("verify")),
             recording,
             findings,
             [recording.settings],
             budget_s=max(1.0, deadline - time.monotonic()),
-            step=step,
-            policy=policy,
-            progress=phase("verify"),
             lock_free=True,
         )
         return LoaderReport(name, recording, findings, _proved_without_lock(without_lock))
@@ -163,20 +151,16 @@ def _fix_and_verify(
     searched_trials = 0
     if _worth_a_search(recording, fixed) and left >= MIN_SEARCH_BUDGET_S:
         found, searched_trials = _search(
-            name, spec, recording, search_s=min(MAX_SEARCH_S, left * SEARCH_SHARE), step=step, policy=policy,
-            progress=progress,
-        )  # fmt: skip
+            name, measuring.with_progress(phase("tune")), recording, search_s=min(MAX_SEARCH_S, left * SEARCH_SHARE)
+        )
         if found is not None and found not in (fixed, recording.settings):
             candidates.append(found)
     verifications = verify(
-        spec,
+        measuring.with_progress(phase("verify")),
         recording,
         findings,
         candidates,
         budget_s=max(1.0, deadline - time.monotonic()),
-        step=step,
-        policy=policy,
-        progress=phase("verify"),
     )
     verification = _chosen(verifications, searched_trials)
     findings = _with_measured_advice(_with_data_findings(findings, verification), recording, verification)
@@ -203,30 +187,18 @@ def _worth_a_search(recording: Recording, fixed: Settings) -> bool:
     return any(getattr(fixed, knob) != getattr(before, knob) for knob in _SPEED_KNOBS)
 
 
-def _search(
-    name: str,
-    spec: LoaderSpec,
-    recording: Recording,
-    *,
-    search_s: float,
-    step: Step | None,
-    policy: StallPolicy | None,
-    progress: CheckProgress | None,
-) -> tuple[Settings | None, int]:
+def _search(name: str, measuring: Measuring, recording: Recording, *, search_s: float) -> tuple[Settings | None, int]:
     """The settings the tuner's quick search chose (None when it found nothing better than the baseline), and
-    how many trials it made. The check's own measurement is its baseline."""
+    how many trials it made; each trial's figures go to the measuring's progress. The check's own measurement
+    is its baseline."""
     if search_s < 3 * MIN_TRIAL_S:
         return None, 0
-    tune_progress = None if progress is None else (lambda _name, _what, figures: progress(name, "tune", figures))
     tuning = tune_loader(
         name,
-        spec,
+        measuring,
         budget_s=search_s,
         memory_bytes=default_memory_budget(),
-        step=step,
         quick=True,
-        policy=policy,
-        progress=tune_progress,
         baseline=(recording, measurement(recording)),
     )
     if not tuning.found or tuning.chosen is tuning.baseline:

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.loader.workload import sleep_step
 from loaderdoctor.probe.measure import probe
+from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.verify import verify
 from loaderdoctor.recording.epochcost import EpochCost
 from loaderdoctor.report import Finding
@@ -48,7 +49,7 @@ def test_loading_in_this_process_does_not_spare_the_originals_workers_their_star
     spec = LoaderSpec.from_loader(loader)
     before = probe(spec, budget_s=1.0, epochs=1, step=sleep_step(10))
     finding = Finding("worker-respawn", "critical", "respawn", {}, "", settings_change={"num_workers": 0})
-    (v,) = verify(spec, before, [finding], [Settings(num_workers=0)], budget_s=16.0, step=sleep_step(10))
+    (v,) = verify(Measuring(spec, step=sleep_step(10)), before, [finding], [Settings(num_workers=0)], budget_s=16.0)
     assert v.speedup is not None and v.speedup >= 6.0, v.note
     assert dataset.handle is None  # the user's object was never opened in this process
     # The report's epoch line (batches over the rate): each epoch of the original starts workers that open the

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.probe.measure import probe
+from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.tap.watchdog import StallPolicy
 
@@ -182,7 +183,7 @@ def test_a_death_torch_raises_between_batches_is_the_runs_outcome_not_an_error()
     # torch's SIGCHLD handler raises a worker's death wherever the main thread is: here, as a window opens (its
     # first CPU sample), which a benchmark's tuner trial met after the watchdog killed stalled workers.
     spec = _spec(Squares(), num_workers=1, persistent_workers=True)
-    session = ProbeSession(spec, spec.settings, step=None, policy=QUICK)
+    session = ProbeSession(Measuring(spec, policy=QUICK), spec.settings)
     try:
         assert session.start(startup_limit_s=30)
         (pid,) = session.current_pids()

@@ -179,9 +179,10 @@ def test_a_short_trial_is_not_decided_by_start_up():
 
 
 @pytest.mark.quiet
-def test_a_busy_machine_is_said_with_the_pids():
-    pid_file = f"/tmp/loaderdoctor-hog-{os.getpid()}"
-    spin = "import os, time\nopen(os.environ['PID_FILE'], 'w').write(str(os.getpid()))\nend = time.time() + 20\n"
+def test_a_busy_machine_is_said_with_the_pids(tmp_path):
+    pid_file = str(tmp_path / "hog.pid")  # written whole, then renamed: never read half-written
+    spin = "import os, time\nopen(os.environ['PID_FILE'] + '.part', 'w').write(str(os.getpid()))\n"
+    spin += "os.rename(os.environ['PID_FILE'] + '.part', os.environ['PID_FILE'])\nend = time.time() + 20\n"
     spin += "while time.time() < end:\n    pass\n"
     # Started through a shell that exits at once: the hog is nobody's child here, as another job would be.
     subprocess.run(
@@ -199,7 +200,6 @@ def test_a_busy_machine_is_said_with_the_pids():
         rec = probe(LoaderSpec.from_loader(loader), budget_s=3, step_ms=5)
     finally:
         os.kill(hog, 9)
-        os.unlink(pid_file)
     assert hog in [p.pid for p in rec.other_processes]
     (busiest,) = [p for p in rec.other_processes if p.pid == hog]
     assert busiest.cores > 0.5

@@ -13,6 +13,7 @@ from loaderdoctor import tune
 from loaderdoctor.cli import main
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.loader.workload import sleep_step
+from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.trial import VERDICTS
@@ -141,7 +142,8 @@ def test_a_trial_measures_a_bounded_window_whatever_the_epochs_length():
     settings = Settings(num_workers=2, persistent_workers=False)
     timings = {}
     for size in (16 * 4, 18_968 * 4):
-        measure = probe_measure(LoaderSpec.from_loader(DataLoader(Tiny(size), batch_size=4)), step=step, policy=QUICK)
+        spec = LoaderSpec.from_loader(DataLoader(Tiny(size), batch_size=4))
+        measure = probe_measure(Measuring(spec, step=step, policy=QUICK))
         started = time.monotonic()
         run = measure(settings, 2.0)
         timings[size] = time.monotonic() - started

@@ -11,6 +11,7 @@ from recordings import make_activity, make_recording
 from torch.utils.data import DataLoader, TensorDataset
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.report import Verification
 from loaderdoctor.rules import diagnose
 from loaderdoctor.workers.activity import LockCalls
@@ -31,7 +32,7 @@ def _locked(lock_calls: LockCalls | None = None, **activity: object):
 
 
 def _fake_verify(seen: dict, verdict: str, after: float):
-    def verify(spec, before, findings, candidates, **kwargs):
+    def verify(measuring, before, findings, candidates, **kwargs):
         seen.update(candidates=candidates, lock_free=kwargs.get("lock_free", False))
         measured = _locked(LockCalls(read_only_exclusive=2728, made_free=2728), lock_free=True)
         note = "1.90x faster (4 pairs of windows, 1.80x to 2.00x), measured in turns with the same training step"
@@ -49,7 +50,7 @@ def _checked(monkeypatch, rec, verdict: str = "faster", after: float = 19.0):
     seen: dict = {}
     monkeypatch.setattr(check_module, "verify", _fake_verify(seen, verdict, after))
     report = check_module._fix_and_verify(
-        "train", SPEC, rec, diagnose(rec), time.monotonic() + 10.0, True, None, None, None
+        "train", Measuring(SPEC), rec, diagnose(rec), time.monotonic() + 10.0, True, None
     )
     return report.verification, seen
 

@@ -11,7 +11,9 @@ from recordings import make_recording
 from torch.utils.data import DataLoader, TensorDataset
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.probe.measuring import Measuring, ProbeProgress
 from loaderdoctor.report import Finding, Verification
+from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.tune.result import LoaderTuning
 from loaderdoctor.tune.space import Limits
 from loaderdoctor.tune.trial import Measurement, Trial
@@ -22,6 +24,7 @@ check_module = importlib.import_module("loaderdoctor.check")
 RULES_FIX = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True)
 SEARCHED = Settings(num_workers=8, prefetch_factor=2, persistent_workers=True)
 LIMITS = Limits(2.0, 2**30, None, 64, None, False, False)
+FIGURES = ProbeProgress(epoch=0, epochs=2, batches=5, elapsed_s=0.5, budget_s=50.0)
 
 
 def _finding() -> Finding:
@@ -76,15 +79,51 @@ def test_the_searched_settings_win_where_the_rules_fix_did_not_help():
 def test_the_search_reuses_the_checks_measurement_as_its_baseline(monkeypatch):
     seen = {}
 
-    def fake_tune_loader(name, spec, **kwargs):
+    def fake_tune_loader(name, measuring, **kwargs):
         seen.update(kwargs)
         return _tuning(SEARCHED)
 
     monkeypatch.setattr(check_module, "tune_loader", fake_tune_loader)
     spec = LoaderSpec.from_loader(DataLoader(TensorDataset(torch.arange(8.0))))
     rec = make_recording(settings=Settings())
-    found, trials = check_module._search("train", spec, rec, search_s=20.0, step=None, policy=None, progress=None)
+    found, trials = check_module._search("train", Measuring(spec), rec, search_s=20.0)
     assert (found, trials) == (SEARCHED, 2)
     baseline_rec, baseline_run = seen["baseline"]
     assert baseline_rec is rec and baseline_run.batches_per_s > 0
     assert seen["quick"] is True
+
+
+def test_each_phase_of_a_check_runs_with_the_loaders_measuring_and_reports_under_its_own_name(monkeypatch):
+    given: dict[str, Measuring] = {}
+    rec = make_recording(settings=Settings())
+
+    def fake_probe_with(measuring, settings=None, *, budget_s, epochs):
+        given["measure"] = measuring
+        return rec
+
+    def fake_tune_loader(name, measuring, **kwargs):
+        given["tune"] = measuring
+        return _tuning(SEARCHED)
+
+    def fake_verify(measuring, before, findings, candidates, **kwargs):
+        given["verify"] = measuring
+        return [_verification(settings, 30.0) for settings in candidates]
+
+    monkeypatch.setattr(check_module, "probe_with", fake_probe_with)
+    monkeypatch.setattr(check_module, "diagnose", lambda recording: [_finding()])
+    monkeypatch.setattr(check_module, "prescribe", lambda recording, findings: RULES_FIX)
+    monkeypatch.setattr(check_module, "tune_loader", fake_tune_loader)
+    monkeypatch.setattr(check_module, "verify", fake_verify)
+    spec = LoaderSpec.from_loader(DataLoader(TensorDataset(torch.arange(8.0))))
+    measuring = Measuring(spec, step=lambda batch: None, policy=StallPolicy(floor_s=5.0))
+    heard = []
+
+    def progress(name: str, phase: str, figures: ProbeProgress) -> None:
+        heard.append((name, phase, figures))
+
+    check_module._check_loader("train", measuring, budget_s=200.0, epochs=2, verify_fix=True, progress=progress)
+    assert list(given) == ["measure", "tune", "verify"]
+    for phase in given.values():
+        assert phase.with_progress(None) == measuring  # the loader's one measuring, each phase's progress its own
+        phase.progress(FIGURES)
+    assert heard == [("train", phase, FIGURES) for phase in ("measure", "tune", "verify")]

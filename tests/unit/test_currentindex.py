@@ -1,4 +1,4 @@
-"""The slots where workers say which dataset index they are loading (guard/inhand.py), and the samples that
+"""The slots where workers say which dataset index they are loading (workers/currentindex.py), and the samples that
 killed a worker before, never loaded again under on_sample_error="skip" (guard/samples.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from loaderdoctor.guard.samples import GuardedSamples, Request
-from loaderdoctor.workers.inhand import InHand
+from loaderdoctor.workers.currentindex import InHand
 
 
 def test_a_worker_writes_its_own_slot_and_the_main_process_reads_it(tmp_path):

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.guard.plan import EpochPlan, PlannedBatchSampler, check_resumable, start_epoch
+from loaderdoctor.guard.batchplan import EpochPlan, PlannedBatchSampler, check_resumable, start_epoch
 
 
 class _Stream(IterableDataset):

@@ -18,7 +18,7 @@ from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 import loaderdoctor
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
-from loaderdoctor.guard import GuardedLoader, plan
+from loaderdoctor.guard import GuardedLoader, batchplan
 from loaderdoctor.guard import loader as guard_loader
 from loaderdoctor.guard.patch import PatchedDataLoader, is_patched, patch, patched, unpatch
 from loaderdoctor.loader import settings
@@ -137,7 +137,7 @@ def test_the_patched_name_still_reads_like_torchs_class():
 
 
 def test_the_guard_builds_its_loaders_with_torchs_class_never_a_patched_one():
-    for module in (guard_loader, plan, settings, tap):
+    for module in (guard_loader, batchplan, settings, tap):
         assert module.DataLoader is TorchDataLoader, module.__name__
     patch()
     with _make() as guarded:

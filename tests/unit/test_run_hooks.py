@@ -15,8 +15,8 @@ from loaderdoctor.commands.run import split_argv
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.watch import watch
-from loaderdoctor.watch.everyloader import MAX_PER_SITE, EveryLoader, LoaderRun
 from loaderdoctor.watch.ranks import joined
+from loaderdoctor.watch.scriptloaders import MAX_PER_SITE, EveryLoader, LoaderRun
 
 
 def test_runs_words_end_where_the_script_begins():

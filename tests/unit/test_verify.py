@@ -11,6 +11,7 @@ from recordings import make_recording
 from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.verdict import compare, decide
 from loaderdoctor.probe.verify import fix_kind, verify
 from loaderdoctor.recording.record import Recording, Window
@@ -197,7 +198,7 @@ def test_the_original_and_the_fix_take_turns_for_equal_time():
     spec = LoaderSpec.from_loader(DataLoader(Sleepy(0.004), batch_size=2))
     before = make_recording(settings=ORIGINAL)
     fix = Settings(prefetch_factor=None, pin_memory=False)  # the same loader: no difference to find
-    (v,) = verify(spec, before, [_finding("input-bound")], [fix], budget_s=5.0, step=None)
+    (v,) = verify(Measuring(spec), before, [_finding("input-bound")], [fix], budget_s=5.0)
     original = v.after_recording  # the fix's recording; both ran the same rounds
     assert v.pairs >= 2
     assert v.verdict == "no-gain"
@@ -210,7 +211,7 @@ def test_the_original_and_the_fix_take_turns_for_equal_time():
 def test_a_fix_for_a_loader_that_stalled_is_measured_alone():
     spec = LoaderSpec.from_loader(DataLoader(Sleepy(0.001), batch_size=2))
     before = make_recording(settings=ORIGINAL, outcome="stalled")
-    (v,) = verify(spec, before, [_finding("input-bound")], [ORIGINAL], budget_s=1.0, step=None)
+    (v,) = verify(Measuring(spec), before, [_finding("input-bound")], [ORIGINAL], budget_s=1.0)
     assert v.verdict == "rescued" and v.helped
     assert v.speedup is None
     assert "where the original settings stalled" in v.note

@@ -105,7 +105,10 @@ def test_a_guards_restart_stays_in_its_epoch_and_failures_are_recorded():
     rec = recorder.finish()
     assert len(rec.epochs) == 1 and rec.epochs[0].batches == 2
     assert recorder.last_tally is not None and recorder.last_tally.restarts == 1
-    assert [b.index for b in rec.batches] == [0, 1]
+    # The failed batch keeps its place (batch 1, as its error says), across the new iterator whose own count
+    # starts again at 0: one numbering of an epoch's batches, the probe's too (recording/epochbook.py).
+    assert [b.index for b in rec.batches] == [0, 2]
+    assert [(e.batch, e.error_type) for e in rec.sample_errors] == [(1, "ValueError")]
 
 
 def test_a_long_run_keeps_a_bounded_even_thinning_and_counts_every_batch():

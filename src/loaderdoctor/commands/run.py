@@ -23,9 +23,9 @@ from loaderdoctor.report import Report
 from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.tap.signals import child_deaths_quiet
-from loaderdoctor.watch.everyloader import EveryLoader
 from loaderdoctor.watch.ranks import RanksRun, run_ranks
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
+from loaderdoctor.watch.scriptloaders import EveryLoader
 
 NAME = "run"
 SCHEMA = None  # --json names a file: stdout is the script's

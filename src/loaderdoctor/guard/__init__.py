@@ -9,11 +9,11 @@ import torch.utils.data
 from torch.utils.data.dataloader import DataLoader as _TorchDataLoader  # torch's own, even while patch() is on
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.guard.batchplan import check_resumable
 from loaderdoctor.guard.compat import unguardable
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.guard.patch import is_patched, patch, patched, unpatch
-from loaderdoctor.guard.plan import check_resumable
 from loaderdoctor.tap.watchdog import StallPolicy
 
 log = logging.getLogger("loaderdoctor")

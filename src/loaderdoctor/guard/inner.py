@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loaderdoctor.guard import children
-from loaderdoctor.guard.plan import PlannedBatchSampler
+from loaderdoctor.guard.batchplan import PlannedBatchSampler
 from loaderdoctor.guard.samples import SkipReports
 from loaderdoctor.guard.streams import GuardedStream
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.tap.iterator import Tap, TapIterator, shutdown
 from loaderdoctor.tap.watchdog import Watchdog
+from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.deaths import CRASH_SIGNALS
-from loaderdoctor.workers.inhand import InHand
 from loaderdoctor.workers.processes import exited_workers, worker_pids
 
 if TYPE_CHECKING:

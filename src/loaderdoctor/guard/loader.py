@@ -16,13 +16,13 @@ from torch.utils.data import DataLoader, IterableDataset
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.guard import children
 from loaderdoctor.guard.attributes import forward_loader_attributes
+from loaderdoctor.guard.batchplan import check_resumable, start_epoch
 from loaderdoctor.guard.checkpoint import Checkpoints
 from loaderdoctor.guard.epoch import EpochIterator, EpochWorkers
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.guard.failures import FailureHandling
 from loaderdoctor.guard.inner import Inner, Resources
 from loaderdoctor.guard.options import check_sample_options, stall_policy
-from loaderdoctor.guard.plan import check_resumable, start_epoch
 from loaderdoctor.guard.recovery import USERS_TIMEOUT
 from loaderdoctor.guard.resume import Building, PlanResume, Resume, StreamResume
 from loaderdoctor.guard.safe import SettingChange, StartSafety, persistent_workers_change
@@ -56,7 +56,7 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
     iter() ends the epoch before.
 
     How an epoch resumes depends on the dataset (resume.py): a map-style one by its batch plan, drawn from the
-    user's sampler as loading asks (guard/plan.py); an IterableDataset by its workers' stream states, when it
+    user's sampler as loading asks (guard/batchplan.py); an IterableDataset by its workers' stream states, when it
     offers state_dict() and load_state_dict() (guard/streams.py; without them the guard refuses it). A sample
     that fails to load is named in its own exception class (on_sample_error="raise") or replaced and recorded
     ("skip", map-style only; past `max_bad_fraction` at 99.9% confidence the run ends): see guard/samples.py.

@@ -28,9 +28,9 @@ import torch.utils.data
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
+from loaderdoctor.guard.batchplan import check_resumable
 from loaderdoctor.guard.compat import unguardable
 from loaderdoctor.guard.loader import GuardedLoader
-from loaderdoctor.guard.plan import check_resumable
 
 __all__ = ["PatchedDataLoader", "is_patched", "patch", "patched", "unpatch"]
 

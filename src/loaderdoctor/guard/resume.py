@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.guard.batchplan import EpochPlan, PlannedBatchSampler, generator_states, plan_generators, replayed
 from loaderdoctor.guard.inner import Inner
-from loaderdoctor.guard.plan import EpochPlan, PlannedBatchSampler, generator_states, plan_generators, replayed
 from loaderdoctor.guard.samples import GuardedSamples, SkipReports, Tagger
 from loaderdoctor.guard.state import ITERABLE, STATE_VERSION, checked_state, checked_stream_state, dataset_length
 from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecord, StreamWorkerInit
@@ -25,7 +25,7 @@ from loaderdoctor.guard.workerview import UsersDatasetHook
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.plain.words import plural
 from loaderdoctor.tap.iterator import Listener, RecentWaits, Tap, starts_workers
-from loaderdoctor.workers.inhand import InHand
+from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.sampler import StackDumpHook
 
 log = logging.getLogger("loaderdoctor")
@@ -110,7 +110,7 @@ def _set_generators(loader: DataLoader, states: dict[str, torch.Tensor]) -> None
 
 class PlanResume:
     """A map-style dataset: each epoch's batches are drawn from the user's sampler as loading asks for them
-    (guard/plan.py); a restart replays those not yet delivered. Under on_sample_error="skip" each request is
+    (guard/batchplan.py); a restart replays those not yet delivered. Under on_sample_error="skip" each request is
     tagged, and the dataset wrapper reports what it replaced (guard/samples.py)."""
 
     per_worker_streams = False

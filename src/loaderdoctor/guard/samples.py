@@ -36,7 +36,7 @@ from typing import Any
 
 from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.loader.indexed import IndexedDataset, SampleFailure, parse_sample_failures
-from loaderdoctor.workers.inhand import InHand
+from loaderdoctor.workers.currentindex import InHand
 
 ON_SAMPLE_ERROR = ("raise", "skip")
 MAX_REPLACEMENT_TRIES = 64
@@ -133,8 +133,8 @@ class KilledItsWorker(Exception):
 class GuardedSamples(IndexedDataset):
     """The user's dataset as the guard's internal loader reads it: samples pass through; one that raises is
     named in the error (untagged requests) or replaced and reported (Requests, under on_sample_error="skip").
-    The index being loaded is kept in `in_hand` (see inhand.py); `killers` are indices that killed a worker
-    before (with the death in words), failed without loading them.
+    The index being loaded is kept in `in_hand` (see workers/currentindex.py); `killers` are indices that killed a
+    worker before (with the death in words), failed without loading them.
 
     Attributes set on it (a worker_init_fn setting get_worker_info().dataset.handle = ...) go to the user's
     dataset, as reading them does.

@@ -2,7 +2,7 @@
 
 A map-style dataset's: "epoch" is the epoch the next batch belongs to. Mid-epoch ("epoch_started": true),
 "position" counts its batches delivered, "generators" holds the state that each generator the plans are drawn
-from (by where it sits on the loader, see plan.plan_generators) had when the epoch began drawing its batches,
+from (by where it sits on the loader, see batchplan.plan_generators) had when the epoch began drawing its batches,
 and "global_generator" torch's global generator's state then: load_state_dict() draws the epoch again from
 there up to the position, so the state stays small whatever the dataset's length (a CPU generator's state is
 5056 ints from 0 to 255), and an endless sampler resumes too. Between epochs ("epoch_started": false)
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.guard.plan import plan_generators
+from loaderdoctor.guard.batchplan import plan_generators
 from loaderdoctor.guard.streams import stream_count
 from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.plain.words import plural

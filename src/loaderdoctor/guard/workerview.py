@@ -27,9 +27,9 @@ def show_dataset(dataset: Any) -> None:
 
 class UsersDatasetHook:
     """Runs first in each worker (worker_hook of LoaderSpec.build): the worker's life tied to the training
-    process's (guard/lifeline.py), the guard's own hook, the worker's slot of `in_hand` mapped (guard/inhand.py),
-    then the user's dataset shown in get_worker_info(). Pickled with the wrapper, so `dataset` and `in_hand` are
-    the worker's copies of the ones the wrapper holds."""
+    process's (guard/lifeline.py), the guard's own hook, the worker's slot of `in_hand` mapped
+    (workers/currentindex.py), then the user's dataset shown in get_worker_info(). Pickled with the wrapper, so
+    `dataset` and `in_hand` are the worker's copies of the ones the wrapper holds."""
 
     def __init__(self, hook: Callable[[int], None] | None, dataset: Any, in_hand: Any = None) -> None:
         self.hook = hook

@@ -63,7 +63,8 @@ def parse_sample_failures(error: BaseException) -> list[tuple[int | None, str, s
 
 class IndexedDataset(Dataset):
     """Passes every item through; a batch in which items raise becomes one SampleFailure naming them all. With
-    `in_hand` (an InHand, see inhand.py), each worker notes the index it is loading, so that a death names it."""
+    `in_hand` (an InHand, see workers/currentindex.py), each worker notes the index it is loading, so that a
+    death names it."""
 
     def __init__(self, inner: Any, in_hand: Any = None) -> None:
         self.inner = inner

@@ -13,12 +13,12 @@ from loaderdoctor.loader.indexed import parse_sample_failures, parse_worker_init
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.loader.workload import Step
 from loaderdoctor.plain.usercode import describe_exception
-from loaderdoctor.recording.record import EpochRecord, Recording, SampleError
-from loaderdoctor.tap.fingerprints import EpochTally
+from loaderdoctor.recording.epochbook import EpochBook
+from loaderdoctor.recording.record import Recording, SampleError
 from loaderdoctor.tap.interrupt import Interrupted, MainThreadInterrupter
-from loaderdoctor.tap.iterator import Tap, TapIterator, is_worker_death, starts_workers
+from loaderdoctor.tap.iterator import Tap, TapIterator, is_worker_death
+from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.deaths import worker_death
-from loaderdoctor.workers.inhand import InHand
 from loaderdoctor.workers.processes import exited_workers
 from loaderdoctor.workers.sampler import thread_run_delay_s
 
@@ -35,22 +35,17 @@ class EpochLoop:
     consumer: threading.Thread
     interrupter: MainThreadInterrupter
     rec: Recording
+    book: EpochBook  # the tap's events written into rec (ProbeSession.on_event)
     tap: Tap
     iterator: TapIterator | None  # the open epoch's
     last_iterator: TapIterator | None  # the last epoch's, whose workers may persist
     epoch: int
-    epoch_started: float
-    epoch_pids: list[int]
-    first_batch_s: dict[int, float]
-    first_batch_delay_s: dict[int, float | None]  # of it, the first worker's time descheduled
-    iter_s: dict[int, float]
     step_times: list[float]
     last_step_end: float
     held_batch: Any  # the last batch delivered, referenced until the next one is
     started: float
     _counted: int
     startup_count: int
-    tally: EpochTally  # the open epoch's samples, from the tap's fingerprints (ProbeSession.on_event)
     in_hand: InHand | None  # where workers note the index they load
     oom_kills_before: int | None  # the OOM killer's count as the run began
 
@@ -61,11 +56,6 @@ class EpochLoop:
         """iter() for the next epoch; whether it opened (a worker of the last epoch may die as it begins)."""
         self.epoch += 1
         self.report_progress()
-        self.epoch_started = self.clock()
-        self.tally = EpochTally()
-        # How many of the epoch's first batches are start-up, as recording.startup_batches counts them.
-        starting = self.settings.backend == "process" and starts_workers(self.tap.loader)
-        self.startup_count = max(1, self.settings.num_workers) if starting else 1
         try:
             self.iterator = self.last_iterator = self.tap.epoch(self.epoch)
         except RuntimeError as error:
@@ -73,6 +63,8 @@ class EpochLoop:
                 raise
             self.iterator = None
             return False
+        # How many of the epoch's first batches are start-up, as recording.startup_batches counts them.
+        self.startup_count = self.book.open.startup if self.book.open is not None else 1
         return True
 
     def end_epoch(self, ended: str) -> None:
@@ -85,22 +77,10 @@ class EpochLoop:
         if not self.settings.persistent_workers or ended in ("stall", "worker-died", "error"):
             close_iterator(iterator)
         now = self.clock()
-        batches = sum(1 for b in self.rec.batches if b.epoch == self.epoch)
-        self.rec.epochs.append(
-            EpochRecord(
-                epoch=self.epoch,
-                first_batch_s=self.first_batch_s.get(self.epoch),
-                first_batch_run_delay_s=self.first_batch_delay_s.get(self.epoch),
-                batches=batches,
-                wall_s=now - self.epoch_started,
-                worker_pids=list(self.epoch_pids),
-                ended=ended,
-                started_s=self.epoch_started - self.started,
-                end_s=max(0.0, now - max(self.last_step_end, self.epoch_started)) if batches else 0.0,
-                iter_s=self.iter_s.get(self.epoch, 0.0),
-                **self.tally.record_fields(),
-            )
-        )
+        epoch = self.book.open
+        if epoch is not None:
+            end_s = max(0.0, now - max(self.last_step_end, epoch.started)) if epoch.batches else 0.0
+            self.book.close(ended, at=now, end_s=end_s)
         if ended == "time":
             # Threads stopped in the middle of an epoch finish the batches they were loading; a loop of whole
             # epochs never starts its next epoch beside that work: the next epoch starts once they have ended.

@@ -7,9 +7,6 @@ import contextlib
 import logging
 import statistics
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from loaderdoctor.errors import StopMeasuring
@@ -19,40 +16,32 @@ from loaderdoctor.loader.datasetcopy import own_copy
 from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.loader.indexed import IndexedDataset
 from loaderdoctor.loader.pickling import pickled_bytes
-from loaderdoctor.loader.settings import LoaderSpec, Settings, quiet_worker_count_advice
-from loaderdoctor.loader.workload import Step
+from loaderdoctor.loader.settings import Settings, quiet_worker_count_advice
 from loaderdoctor.probe.budget import deadline_allowance
 from loaderdoctor.probe.epochs import EpochLoop, close_iterator
+from loaderdoctor.probe.measuring import Measuring, ProbeProgress
+from loaderdoctor.recording.epochbook import EpochBook
 from loaderdoctor.recording.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.recording.rates import epoch_overhead_s, first_startup_s
-from loaderdoctor.recording.record import BatchRecord, Recording, Stall, Window, WorkerStack
-from loaderdoctor.tap.fingerprints import EpochTally
+from loaderdoctor.recording.record import Recording, Stall, Window, WorkerStack
 from loaderdoctor.tap.interrupt import MainThreadInterrupter
 from loaderdoctor.tap.iterator import (
     BatchDelivered,
+    BatchFailed,
     Event,
     IteratorCreated,
     Tap,
     TapIterator,
 )
 from loaderdoctor.tap.stalls import Ended, respond_to_stall
-from loaderdoctor.tap.watchdog import StallNotice, StallPolicy, Watchdog
+from loaderdoctor.tap.watchdog import StallNotice, Watchdog
+from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.deaths import oom_kills
 from loaderdoctor.workers.hook import THREADS_PER_WORKER, ProbeWorkerHook
-from loaderdoctor.workers.inhand import InHand
 from loaderdoctor.workers.sampler import WorkerSampler, thread_idle
 from loaderdoctor.workers.sites import read_worker_activity
 
 log = logging.getLogger("loaderdoctor")
-
-
-@dataclass(frozen=True)
-class ProbeProgress:
-    epoch: int
-    epochs: int
-    batches: int
-    elapsed_s: float
-    budget_s: float
 
 
 # A window's warm-up lasts at least this long, so that the workers of a session paused just before go idle.
@@ -70,25 +59,17 @@ class ProbeSession(EpochLoop):
     batch (the start-up, measured apart), run() measures steady windows of running, epochs rolling over as in
     a training loop, and close() ends every worker and returns the Recording. Between windows the loader
     waits (workers idle with their batches prefetched), so that two sessions can take turns, each window of
-    one beside a window of the other. With `lock_free`, the workers' file-lock calls on files opened read-only
+    one beside a window of the other. The loader, its training step, stall policy, clock and progress come
+    as one Measuring. With `lock_free`, the workers' file-lock calls on files opened read-only
     are no-ops (see filelocks.py): the loader measured as it would run without those locks."""
 
-    def __init__(
-        self,
-        spec: LoaderSpec,
-        settings: Settings,
-        *,
-        step: Step | None,
-        policy: StallPolicy,
-        progress: Callable[[ProbeProgress], None] | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-        lock_free: bool = False,
-    ) -> None:
+    def __init__(self, measuring: Measuring, settings: Settings, *, lock_free: bool = False) -> None:
+        spec, clock = measuring.spec, measuring.clock
         self.spec = spec
         self.settings = settings
-        self.step = step
-        self.policy = policy
-        self.progress = progress
+        self.step = measuring.step
+        self.policy = measuring.policy
+        self.progress = measuring.progress
         self.clock = clock
         self.consumer = threading.current_thread()
         self.interrupter = MainThreadInterrupter()
@@ -126,24 +107,19 @@ class ProbeSession(EpochLoop):
             raise
         self.oom_kills_before = oom_kills()
         self.started = clock()
+        self.book = EpochBook(self.rec, clock, self.started)  # the tap's events, as a watched run keeps them
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
         self.sampler = WorkerSampler(self.current_pids, clock=clock, t0=self.started, own_threads=THREADS_PER_WORKER)
-        self.watchdog = Watchdog(self.tap, policy, self.on_stall, workers_idle=self.sampler.cpu_idle)
+        self.watchdog = Watchdog(self.tap, self.policy, self.on_stall, workers_idle=self.sampler.cpu_idle)
         self.other_load = OtherLoad()
         self.iterator: TapIterator | None = None  # the open epoch's
         self.last_iterator: TapIterator | None = None  # the last epoch's, whose workers may persist
         self.epoch = -1  # the epoch under way (its iterator open), or the last one
-        self.epoch_started = 0.0
-        self.epoch_pids: list[int] = []
-        self.first_batch_s: dict[int, float] = {}
-        self.first_batch_delay_s: dict[int, float | None] = {}
-        self.iter_s: dict[int, float] = {}
         self.step_times: list[float] = []
         self.last_step_end = 0.0
         self.held_batch: Any = None
         self._counted = 0  # batches that count towards the current stretch's minimum
         self.startup_count = 1  # the open epoch's start-up batches
-        self.tally = EpochTally()
         self.budget_s = 0.0  # for the progress display: what this session was given so far
         self.closed = False
         self.sampler.start()
@@ -162,28 +138,11 @@ class ProbeSession(EpochLoop):
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, IteratorCreated):
-            if event.facts is not None:
-                self.rec.iterators.append(event.facts)
-            self.epoch_pids = event.worker_pids
-            self.iter_s[event.epoch] = event.create_s
+            self.book.created(event)
         elif isinstance(event, BatchDelivered):
-            if event.first_batch_s is not None:
-                self.first_batch_s[event.epoch] = event.first_batch_s
-                self.first_batch_delay_s[event.epoch] = event.startup_run_delay_s
-            self.tally.add(event.fingerprints)
-            self.rec.batches.append(
-                BatchRecord(
-                    epoch=event.epoch,
-                    index=event.index,
-                    wait_s=event.wait_s,
-                    wait_cpu_s=event.wait_cpu_s,
-                    step_s=0.0,
-                    nbytes=event.nbytes,
-                    samples=event.samples,
-                    delivered_s=self.clock() - self.started,
-                    wait_run_delay_s=event.wait_run_delay_s,
-                )
-            )
+            self.rec.batches.append(self.book.delivered(event, self.clock()))
+        elif isinstance(event, BatchFailed):
+            self.book.failed(event)  # what the failure was, the loop records where next() raised it (epochs.py)
 
     def on_stall(self, notice: StallNotice) -> None:
         """From the watchdog's thread: capture where loading is stuck, then end the stuck next() (see stalls.py).

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from loaderdoctor.guard.plan import plan_generators
+from loaderdoctor.guard.batchplan import plan_generators
 
 
 @contextlib.contextmanager

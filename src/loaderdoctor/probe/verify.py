@@ -27,20 +27,18 @@ on a quiet machine (Verification.under_load). A fix is:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.loader.settings import LoaderSpec, Settings
-from loaderdoctor.loader.workload import Step
+from loaderdoctor.loader.settings import Settings
 from loaderdoctor.probe.budget import deadline_allowance
-from loaderdoctor.probe.session import ProbeProgress, ProbeSession
+from loaderdoctor.probe.measuring import Measuring
+from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.probe.verdict import MIN_PAIRS, MIN_WINDOW_BATCHES, compare
 from loaderdoctor.probe.verification import Verification
 from loaderdoctor.recording.rates import first_startup_s, training_rate
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules.finding import Finding
-from loaderdoctor.tap.watchdog import StallPolicy
 
 log = logging.getLogger("loaderdoctor")
 
@@ -54,8 +52,6 @@ _WARM_UP_S = 0.3
 SAFETY_RULES = frozenset({"fork-unsafe", "shm-capacity", "fd-limit"})
 COST_RULES = frozenset({"cpu-oversubscription"})
 
-VerifyProgress = Callable[[ProbeProgress], None]
-
 
 def fix_kind(findings: list[Finding]) -> str:
     """What the prescribed change is for: "safety", "cost" (fewer processes or threads), or "speed"."""
@@ -68,36 +64,30 @@ def fix_kind(findings: list[Finding]) -> str:
 
 
 def verify(
-    spec: LoaderSpec,
+    measuring: Measuring,
     before: Recording,
     findings: list[Finding],
     candidates: list[Settings],
     *,
     budget_s: float,
-    step: Step | None,
-    policy: StallPolicy | None = None,
-    progress: VerifyProgress | None = None,
-    clock: Callable[[], float] = time.perf_counter,
     lock_free: bool = False,
 ) -> list[Verification]:
-    """Measure each candidate settings against the original ones (those of `before`) in turns, within about
-    `budget_s` seconds; one Verification per candidate, in order. With `lock_free`, the candidates' workers
-    make their file-lock calls on read-only files no-ops (the original's as they are): a lock's cost measured,
-    judged as a gain in speed whatever the findings."""
+    """Measure each candidate settings against the original ones (those of `before`) in turns, as `measuring`
+    says, within about `budget_s` seconds; one Verification per candidate, in order. With `lock_free`, the
+    candidates' workers make their file-lock calls on read-only files no-ops (the original's as they are): a
+    lock's cost measured, judged as a gain in speed whatever the findings."""
     kind = "speed" if lock_free else fix_kind(findings)
-    policy = policy or StallPolicy()
+    clock = measuring.clock
     if before.outcome != "completed":
         share = budget_s / max(1, len(candidates))
-        return [_alone(spec, before, c, share, step, policy, progress, clock, lock_free) for c in candidates]
+        return [_alone(measuring, before, c, share, lock_free) for c in candidates]
     deadline = clock() + budget_s
     sessions: list[ProbeSession | None] = []
     errors: list[str | None] = []
     try:
         for number, settings in enumerate([before.settings, *candidates]):
             startup_limit = deadline_allowance(max(1.0, (deadline - clock()) / 4))
-            session, error = _started(
-                spec, settings, step, policy, progress, clock, startup_limit, lock_free=lock_free and number > 0
-            )
+            session, error = _started(measuring, settings, startup_limit, lock_free=lock_free and number > 0)
             sessions.append(session)
             errors.append(error)
         _take_turns([s for s in sessions if s is not None and s.ran], deadline, clock)
@@ -115,21 +105,11 @@ def verify(
 
 
 def _started(
-    spec: LoaderSpec,
-    settings: Settings,
-    step: Step | None,
-    policy: StallPolicy,
-    progress: VerifyProgress | None,
-    clock: Callable[[], float],
-    startup_limit_s: float,
-    *,
-    lock_free: bool = False,
+    measuring: Measuring, settings: Settings, startup_limit_s: float, *, lock_free: bool = False
 ) -> tuple[ProbeSession | None, str | None]:
     """A session of `settings` past its start-up, or None and why it could not be made."""
     try:
-        session = ProbeSession(
-            spec, settings, step=step, policy=policy, progress=progress, clock=clock, lock_free=lock_free
-        )
+        session = ProbeSession(measuring, settings, lock_free=lock_free)
     except LoaderDoctorError as error:
         log.info("settings %s could not be measured: %s", settings, error)
         return None, error.message
@@ -167,20 +147,10 @@ def _take_turns(sessions: list[ProbeSession], deadline: float, clock: Callable[[
 
 
 def _alone(
-    spec: LoaderSpec,
-    before: Recording,
-    settings: Settings,
-    budget_s: float,
-    step: Step | None,
-    policy: StallPolicy,
-    progress: VerifyProgress | None,
-    clock: Callable[[], float],
-    lock_free: bool,
+    measuring: Measuring, before: Recording, settings: Settings, budget_s: float, lock_free: bool
 ) -> Verification:
     """A fix for settings that stalled or crashed: measured on its own (there is no rate to compare with)."""
-    session, error = _started(
-        spec, settings, step, policy, progress, clock, deadline_allowance(budget_s), lock_free=lock_free
-    )
+    session, error = _started(measuring, settings, deadline_allowance(budget_s), lock_free=lock_free)
     if session is None:
         return _not_measured(settings, before, f"not measured: {error}")
     try:

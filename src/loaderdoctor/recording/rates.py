@@ -37,14 +37,15 @@ def epoch_batches(rec: Recording) -> int | None:
 
 
 def first_batch_as_a_loop_pays_s(previous: EpochRecord | None, epoch: EpochRecord) -> float | None:
-    """An epoch's first batch from iter(), as a loop of whole epochs pays it. After an epoch cut short (a
-    probe's) whose workers persist, iter() first takes in the batches that epoch left in flight, which such a
-    loop never pays: that part (the epoch's iter_s) is left out. None when no batch came."""
+    """An epoch's first batch from iter(), as a loop of whole epochs pays it. After an epoch the probe cut short
+    at its time ("time") whose workers persist, iter() first takes in the batches that epoch left in flight, which
+    such a loop never pays: that part (the epoch's iter_s) is left out. A watched loop that left an epoch early
+    ("left") paid it, and keeps it. None when no batch came."""
     if epoch.first_batch_s is None:
         return None
     drained = (
         previous is not None
-        and previous.ended != "exhausted"
+        and previous.ended == "time"
         and bool(epoch.worker_pids)
         and epoch.worker_pids == previous.worker_pids
     )

@@ -116,7 +116,7 @@ class Recording:
     worker_samples: list[WorkerSample] = field(default_factory=list)
     host_samples: list[HostSample] = field(default_factory=list)
     # Where the workers' main threads spent their time, by line, and their file-lock calls, sampled from inside
-    # each worker process (see sitesampler.py); None without worker processes.
+    # each worker process (see workers/sites.py); None without worker processes.
     worker_activity: WorkerActivity | None = None
     windows: list[Window] = field(default_factory=list)
     other_processes: list[OtherProcess] = field(default_factory=list)
@@ -163,10 +163,16 @@ def startup_batches(rec: Recording) -> dict[int, int]:
     counts: dict[int, int] = {}
     previous: list[int] | None = None
     for epoch in rec.epochs:
-        started = bool(epoch.worker_pids) and epoch.worker_pids != previous
-        counts[epoch.epoch] = max(1, len(epoch.worker_pids)) if started else 1
+        counts[epoch.epoch] = startup_count(epoch.worker_pids, previous)
         previous = epoch.worker_pids
     return counts
+
+
+def startup_count(worker_pids: list[int], previous_pids: list[int] | None) -> int:
+    """How many of an epoch's first batches are start-up, given its workers and the last epoch's: one per worker
+    when its iter() started them (other pids than the last epoch's), else the first batch only."""
+    started = bool(worker_pids) and worker_pids != previous_pids
+    return max(1, len(worker_pids)) if started else 1
 
 
 def steady_batches(rec: Recording, window: Window | None = None) -> list[BatchRecord]:

@@ -23,11 +23,11 @@ from loaderdoctor.loader.settings import LoaderSpec
 from loaderdoctor.loader.workload import Step
 from loaderdoctor.plain.usercode import describe_exception
 from loaderdoctor.probe.budget import deadline_allowance, target_limit_s
+from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.scale.job import RankJob
 from loaderdoctor.scale.results import RankLoader, RankResult
 from loaderdoctor.tap.fingerprints import sample_fingerprints
-from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.target import resolve as targets
 
 # Fingerprints of delivered samples kept per rank, to compare the ranks' samples beside their indices (loader/facts.py).
@@ -164,7 +164,7 @@ def _measure_loader(
     facts = loader_facts(loader, indices=True)
     session = None
     try:
-        session = ProbeSession(spec, spec.settings, step=step, policy=StallPolicy(), lock_free=job.lock_free)
+        session = ProbeSession(Measuring(spec, step=step), spec.settings, lock_free=job.lock_free)
         step.session = session
         if session.start(startup_limit_s=deadline_allowance(budget_s)) and not step.stopped:
             session.run(budget_s * _WINDOW_LIMIT_FACTOR + 30.0)

@@ -67,7 +67,7 @@ def sample_fingerprints(batch: Any, count: int) -> list[int] | None:
 
 class EpochTally:
     """The fingerprints of one epoch's samples: how many, how many distinct, and the typical copies of one; the
-    first `limit` samples only. Fed by the probe (probesession.py) and by a watched run (watch/recorder.py) from
+    first `limit` samples only. Fed by recording/epochbook.py, for the probe and a watched run alike, from
     the tap's BatchDelivered events, and recorded by both with record_fields()."""
 
     def __init__(self, limit: int = TALLIED_PER_EPOCH) -> None:

@@ -6,14 +6,13 @@ import statistics
 from collections.abc import Callable
 
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.loader.settings import LoaderSpec, Settings
-from loaderdoctor.loader.workload import Step
-from loaderdoctor.probe.measure import ProbeProgress, probe
+from loaderdoctor.loader.settings import Settings
+from loaderdoctor.probe.measure import probe_with
+from loaderdoctor.probe.measuring import Measuring, ProbeProgress
 from loaderdoctor.recording.limit import host_limit
 from loaderdoctor.recording.rates import epoch_batches, epoch_overhead_s, first_startup_s, training_rate
 from loaderdoctor.recording.record import Recording, mean_batch_bytes, steady_batches
 from loaderdoctor.recording.usage import loading_cpu
-from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.tune.trial import Measurement
 
 # With a training step, loading keeps up when the step waits for batches at most this share of its own time
@@ -78,29 +77,21 @@ def measurement(rec: Recording) -> Measurement:
 
 
 def probe_measure(
-    spec: LoaderSpec,
+    measuring: Measuring,
     *,
-    step: Step | None,
-    policy: StallPolicy | None = None,
     progress: Callable[[Settings, ProbeProgress], None] | None = None,
     recordings: list[Recording] | None = None,
 ) -> Callable[[Settings, float], Measurement]:
-    """A measure function for the search: probe `spec` with the given settings for the given seconds, the
-    training step after each batch; each Recording is appended to `recordings` when given, and `progress`
-    hears of each run's figures with its settings."""
+    """A measure function for the search: probe as `measuring` says with the given settings for the given
+    seconds; each Recording is appended to `recordings` when given. Each run's figures go to `progress` with its
+    settings when given, else to the measuring's own progress."""
 
     def measure(settings: Settings, seconds: float) -> Measurement:
-        on_probe = None if progress is None else (lambda figures: progress(settings, figures))
+        trial = measuring
+        if progress is not None:
+            trial = measuring.with_progress(lambda figures: progress(settings, figures))
         try:
-            rec = probe(
-                spec,
-                settings,
-                budget_s=seconds,
-                epochs=TRIAL_EPOCHS,
-                step=step,
-                policy=policy,
-                progress=on_probe,
-            )
+            rec = probe_with(trial, settings, budget_s=seconds, epochs=TRIAL_EPOCHS)
         except LoaderDoctorError as error:  # settings this loader cannot run with (an unpicklable dataset...)
             return Measurement(0.0, "crashed", 0.0, error=error.message)
         if recordings is not None:

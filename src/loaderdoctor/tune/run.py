@@ -12,12 +12,11 @@ import psutil
 
 from loaderdoctor.errors import StoppedByUser, UsageError
 from loaderdoctor.host.facts import host_facts
-from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.loader.settings import LoaderSpec
 from loaderdoctor.loader.threads import threads_available
-from loaderdoctor.loader.workload import Step
 from loaderdoctor.plain.words import plural
 from loaderdoctor.probe.budget import check_budget, target_limit_s
-from loaderdoctor.probe.session import ProbeProgress
+from loaderdoctor.probe.measuring import Measuring, ProbeProgress
 from loaderdoctor.probe.userstate import user_state_kept
 from loaderdoctor.recording.forksafety import safe_start_method
 from loaderdoctor.recording.record import Recording, mean_batch_bytes
@@ -92,28 +91,26 @@ def limits_for(spec: LoaderSpec, rec: Recording | None, memory_bytes: int, max_w
 
 def tune_loader(
     name: str,
-    spec: LoaderSpec,
+    measuring: Measuring,
     *,
     budget_s: float,
     memory_bytes: int,
-    step: Step | None,
     quick: bool = False,
     max_workers: int | None = None,
-    policy: StallPolicy | None = None,
     progress: TuneProgress | None = None,
     clock: Callable[[], float] = time.monotonic,
     baseline: tuple[Recording, Measurement] | None = None,
 ) -> LoaderTuning:
-    """Search one loader's settings within `budget_s` seconds; its own settings are the baseline (measured
-    first, unless `baseline` gives its recording and measurement already)."""
+    """Search the settings of the loader `measuring` runs within `budget_s` seconds (by `clock`); its own
+    settings are the baseline (measured first, unless `baseline` gives its recording and measurement already).
+    Each trial's figures go to `progress` with the loader's name and the trial's settings when given, else to
+    the measuring's own progress."""
+    spec, step = measuring.spec, measuring.step
     trial_s = trial_seconds(budget_s, quick=quick)
     recordings: list[Recording] = []
 
-    def on_probe(settings: Settings, figures: ProbeProgress) -> None:
-        if progress is not None:
-            progress(name, settings.describe(), figures)
-
-    measure = probe_measure(spec, step=step, policy=policy, progress=on_probe, recordings=recordings)
+    on_probe = None if progress is None else (lambda settings, figures: progress(name, settings.describe(), figures))
+    measure = probe_measure(measuring, progress=on_probe, recordings=recordings)
     started = clock()
     if baseline is not None:
         recordings.append(baseline[0])
@@ -184,6 +181,7 @@ def tune(
     resolved = targets.resolve_any(target_or_loader, "tune", target_limit_s(budget_s))
     try:
         step = resolved.workload.training_step(step_ms)
+        policy = policy or StallPolicy()
         per_loader_s = budget_s / len(resolved.loaders)
         least_s = 3 * MIN_TRIAL_S * len(resolved.loaders)
         if per_loader_s < 3 * MIN_TRIAL_S:
@@ -197,13 +195,11 @@ def tune(
                 try:
                     tunings[name] = tune_loader(
                         name,
-                        LoaderSpec.from_loader(loader),
+                        Measuring(LoaderSpec.from_loader(loader), step=step, policy=policy),
                         budget_s=per_loader_s,
                         memory_bytes=memory_bytes,
-                        step=step,
                         quick=quick,
                         max_workers=max_workers,
-                        policy=policy,
                         progress=progress,
                     )
                 except KeyboardInterrupt as stop:

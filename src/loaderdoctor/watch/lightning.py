@@ -23,7 +23,7 @@ from loaderdoctor.render.console import render
 from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
-from loaderdoctor.watch.lightningfit import Fit, batch_count, dataloaders_of, facts_after_iter, moment
+from loaderdoctor.watch.lightningstate import Fit, batch_count, dataloaders_of, facts_after_iter, moment
 from loaderdoctor.watch.progress import epoch_line
 
 try:

@@ -29,8 +29,8 @@ from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port, signal_session
 from loaderdoctor.tap.signals import child_deaths_quiet, in_main_thread
-from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
 from loaderdoctor.watch.script import Script, ScriptRun, run_script
+from loaderdoctor.watch.scriptloaders import EveryLoader, LoaderRun
 
 # What the ranks read from their environment: where to write, and whether to guard.
 RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"

@@ -2,15 +2,14 @@
 
 A batch's step is the time the loop spent outside next() after it: from its delivery to the next next() (or to
 the next() that ended the epoch). A long run keeps every epoch's start-up batches and an even thinning of the
-rest, so that its memory stays bounded however many batches go by; counts and rates cover every batch. Each
-epoch's samples are tallied from the tap's fingerprints as the probe tallies them (fingerprints.py)."""
+rest, so that its memory stays bounded however many batches go by; counts and rates cover every batch. Epochs
+and batches are written as the probe writes them (recording/epochbook.py): only the loop is the user's."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -19,8 +18,8 @@ from loaderdoctor.host.facts import OtherLoad, host_facts
 from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.loader.indexed import parse_sample_failures
 from loaderdoctor.loader.settings import Settings
-from loaderdoctor.recording.record import BatchRecord, EpochRecord, Recording, SampleError, WorkerDeath
-from loaderdoctor.tap import fingerprints
+from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
+from loaderdoctor.recording.record import BatchRecord, Recording, SampleError, WorkerDeath, startup_batches
 from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, EpochEnded, Event, IteratorCreated
 from loaderdoctor.workers.sampler import WorkerSampler
 
@@ -30,20 +29,6 @@ MAX_BATCH_RECORDS = 50_000
 # lock, which costs a busy worker time when done often (measured with scale: 5-8% at 0.25 s, ~1% at 2 s).
 SAMPLE_EVERY_S = 2.0
 KEEP_SAMPLE_ROUNDS = 4000
-
-
-@dataclass
-class EpochTally:
-    """The open epoch's running totals, over every batch (not only those kept)."""
-
-    epoch: int
-    started: float  # clock() at its iter()
-    batches: int = 0
-    wait_s: float = 0.0
-    step_s: float = 0.0
-    samples: int = 0
-    restarts: int = 0  # iterators a guard started again within this epoch
-    seen: fingerprints.EpochTally = field(default_factory=fingerprints.EpochTally)  # its samples' fingerprints
 
 
 def sampler_epoch(loader: DataLoader) -> int | None:
@@ -97,23 +82,26 @@ class RunRecorder:
             sampler_drop_last=facts.sampler_drop_last,
         )
         self.other_load = OtherLoad()
-        self.tally: EpochTally | None = None  # the open epoch's
-        self.last_tally: EpochTally | None = None  # the last epoch's, open or closed
+        self.book = EpochBook(self.rec, clock, self.started)
         self.worker_pids: list[int] = []
         self.delivered = 0  # every batch delivered in the run
         self.wait_s = 0.0  # the run's total wait in next(), every batch counted
         self.step_s = 0.0  # the run's total time in steps whose end was seen
         self.samples = 0  # samples delivered in the run
         self._stride = 1  # one batch in `_stride` past the start-up is kept
-        self._startup = 1  # the open epoch's start-up batches, always kept
         self._open_step: BatchRecord | None = None  # the batch whose step goes on now
         self._open_step_from = 0.0  # when that step began (its batch's delivery)
-        self._epoch_pids: list[int] = []
-        self._first_batch_s: float | None = None
-        self._first_batch_delay_s: float | None = None
-        self._sampler_epoch_now: int | None = None
-        self._epoch_open = False
         self.finished = False
+
+    @property
+    def tally(self) -> OpenEpoch | None:
+        """The open epoch's running totals."""
+        return self.book.open
+
+    @property
+    def last_tally(self) -> OpenEpoch | None:
+        """The last epoch's, open or closed."""
+        return self.book.last
 
     # The tap's events
 
@@ -129,58 +117,27 @@ class RunRecorder:
 
     def _iterator_created(self, event: IteratorCreated) -> None:
         now = self.clock()
-        if event.facts is not None:
-            self.rec.iterators.append(event.facts)
         self.worker_pids = list(event.worker_pids)
-        tally = self.tally
+        tally = self.book.open
         if tally is not None and tally.epoch == event.epoch:
-            tally.restarts += 1  # a guard's new iterator within the epoch: the loop goes on past a death
+            self.book.restarted(event)  # a guard's new iterator within the epoch: the loop goes on past a death
             if self.rec.outcome == "crashed":
                 self.rec.outcome = "completed"
             self._close_step(now - event.create_s)
             return
         self._end_epoch(now - event.create_s, "left")  # the loop left the last epoch before its end
-        self.tally = self.last_tally = EpochTally(event.epoch, now - event.create_s)
-        self._epoch_pids = list(event.worker_pids)
-        self._first_batch_s = None
-        self._first_batch_delay_s = None
-        self._sampler_epoch_now = self._sampler_epoch()
-        starts = bool(event.worker_pids) and (
-            not self.rec.epochs or self.rec.epochs[-1].worker_pids != list(event.worker_pids)
-        )
-        self._startup = max(1, len(event.worker_pids)) if starts else 1
-        self._epoch_open = True
+        self.book.created(event).sampler_epoch = self._sampler_epoch()
 
     def _delivered(self, event: BatchDelivered) -> None:
         now = self.clock()
         self._close_step(now - event.wait_s, event.step_run_delay_s)
-        tally = self.tally
-        if tally is None:  # a batch with no iter() seen (a tap made mid-epoch): open an epoch for it
-            self.tally = self.last_tally = tally = EpochTally(event.epoch, now - event.wait_s)
-            self._epoch_open = True
-        if event.first_batch_s is not None and self._first_batch_s is None:
-            self._first_batch_s = event.first_batch_s
-            self._first_batch_delay_s = event.startup_run_delay_s
-        tally.batches += 1
-        tally.wait_s += event.wait_s
-        tally.samples += event.samples
-        tally.seen.add(event.fingerprints)
+        batch = self.book.delivered(event, now)
         self.delivered += 1
         self.samples += event.samples
         self.wait_s += event.wait_s
-        batch = BatchRecord(
-            epoch=tally.epoch,
-            index=tally.batches - 1,
-            wait_s=event.wait_s,
-            wait_cpu_s=event.wait_cpu_s,
-            step_s=0.0,
-            nbytes=event.nbytes,
-            samples=event.samples,
-            delivered_s=now - self.started,
-            wait_run_delay_s=event.wait_run_delay_s,
-        )
         self._open_step, self._open_step_from = batch, now
-        if batch.index < self._startup or self.delivered % self._stride == 0:
+        startup = self.book.open.startup if self.book.open is not None else 1
+        if batch.index < startup or self.delivered % self._stride == 0:
             self.rec.batches.append(batch)
             if len(self.rec.batches) > self._max_batches:
                 self._thin()
@@ -188,12 +145,13 @@ class RunRecorder:
     def _failed(self, event: BatchFailed) -> None:
         now = self.clock()
         self._close_step(now - event.wait_s)
-        epoch = self.tally.epoch if self.tally is not None else event.epoch
+        batch = self.book.failed(event)  # its place in the epoch, across a guard's new iterators
+        epoch = self.book.open.epoch if self.book.open is not None else event.epoch
         if self._is_death(event.error):
-            self.worker_died(event.epoch, event.index, event.error)
+            self.worker_died(event.epoch, batch, event.error)
             return
         for index, error_type, message in parse_sample_failures(event.error):
-            self.rec.sample_errors.append(SampleError(epoch, event.index, index, error_type, message))
+            self.rec.sample_errors.append(SampleError(epoch, batch, index, error_type, message))
 
     def worker_died(self, epoch: int, index: int, error: BaseException) -> None:
         """A worker's death, raised by next() at batch `index` or by torch's SIGCHLD handler wherever the main
@@ -225,33 +183,16 @@ class RunRecorder:
         if run_delay_s is not None:
             batch.step_run_delay_s = min(batch.step_s, run_delay_s)
         self.step_s += batch.step_s
-        if self.tally is not None:
-            self.tally.step_s += batch.step_s
+        if self.book.open is not None:
+            self.book.open.step_s += batch.step_s
 
     def _end_epoch(self, now: float, ended: str, end_s: float = 0.0) -> None:
-        tally = self.tally
-        if tally is None or not self._epoch_open:
+        if self.book.open is None:
             return
-        self._epoch_open = False
-        self.tally = None
         if self._open_step is not None:  # the loop left with a step under way: its end is unknown
             self._open_step.step_s = self._typical_step_s()
             self._open_step = None
-        self.rec.epochs.append(
-            EpochRecord(
-                epoch=tally.epoch,
-                first_batch_s=self._first_batch_s,
-                first_batch_run_delay_s=self._first_batch_delay_s,
-                batches=tally.batches,
-                wall_s=now - tally.started,
-                worker_pids=self._epoch_pids,
-                ended=ended,
-                started_s=tally.started - self.started,
-                end_s=end_s,
-                sampler_epoch=self._sampler_epoch_now,
-                **tally.seen.record_fields(),
-            )
-        )
+        self.book.close(ended, at=now, end_s=end_s)
 
     def _typical_step_s(self) -> float:
         steps = [b.step_s for b in self.rec.batches[-200:] if b is not self._open_step]
@@ -260,10 +201,11 @@ class RunRecorder:
     def _thin(self) -> None:
         """Keep every other batch past the start-ups, and from now on one in twice as many."""
         self._stride *= 2
-        startup = {e.epoch: max(1, len(e.worker_pids)) for e in self.rec.epochs}
+        startup = startup_batches(self.rec)
+        open_startup = self.book.open.startup if self.book.open is not None else 1
         kept = []
         for n, batch in enumerate(self.rec.batches):
-            if batch.index < startup.get(batch.epoch, self._startup) or n % 2 == 0:
+            if batch.index < startup.get(batch.epoch, open_startup) or n % 2 == 0:
                 kept.append(batch)
         self.rec.batches = kept
 

@@ -17,7 +17,7 @@ from typing import Any
 from loaderdoctor.errors import UsageError
 from loaderdoctor.plain.usercode import is_own_file
 from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet
-from loaderdoctor.watch.everyloader import EveryLoader, LoaderRun
+from loaderdoctor.watch.scriptloaders import EveryLoader, LoaderRun
 
 # The exit status of a script ended by Ctrl-C, as a shell reports a process that SIGINT ended.
 INTERRUPTED_STATUS = 128 + signal.SIGINT

@@ -1,5 +1,5 @@
 """Where the workers' main threads spent their time, line by line, and the file locks they took: plain data
-of a Recording, sampled from inside each worker (see sitesampler.py) and joined over workers or ranks."""
+of a Recording, sampled from inside each worker (see workers/sites.py) and joined over workers or ranks."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ import os
 import threading
 import time
 
+from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.filelocks import FileLockWatch
-from loaderdoctor.workers.inhand import InHand
 from loaderdoctor.workers.sampler import StackDumpHook
 from loaderdoctor.workers.sites import SiteSampler, activity_path, thread_cpu_clock
 
@@ -23,7 +23,7 @@ THREADS_PER_WORKER = 1 if hasattr(time, "pthread_getcpuclockid") else 0
 
 class ProbeWorkerHook:
     """worker_hook of LoaderSpec.build for the probe: everything it leaves goes to files in `dump_dir` (the
-    stacks, see workers.py; the activity, read back with sitesampler.read_worker_activity)."""
+    stacks, see workers.py; the activity, read back with sites.read_worker_activity)."""
 
     def __init__(self, dump_dir: str, *, lock_free: bool = False, in_hand: InHand | None = None) -> None:
         self.dump_dir = dump_dir

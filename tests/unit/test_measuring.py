@@ -1,0 +1,111 @@
+"""Measuring, what a measurement runs with: a copy per progress callback, and the one value a probe session and
+the tuner's trials run with (in this process, no workers; the probe faked where only the threading is tested)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import pytest
+import torch
+from recordings import make_recording
+from torch.utils.data import DataLoader, Dataset
+
+from loaderdoctor.loader.settings import LoaderSpec, Settings
+from loaderdoctor.probe.measure import probe_with
+from loaderdoctor.probe.measuring import Measuring, ProbeProgress
+from loaderdoctor.probe.session import ProbeSession
+from loaderdoctor.tap.watchdog import StallPolicy
+
+tune_measure = importlib.import_module("loaderdoctor.tune.measure")
+FIGURES = ProbeProgress(epoch=0, epochs=1, batches=5, elapsed_s=0.5, budget_s=10.0)
+POLICY = StallPolicy(floor_s=5.0, first_batch_s=20.0)
+
+
+class Pairs(Dataset):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([float(index), -float(index)])
+
+
+SPEC = LoaderSpec.from_loader(DataLoader(Pairs(), batch_size=2))
+
+
+def _clock() -> float:
+    return 0.0
+
+
+def test_with_progress_is_a_copy_with_only_the_progress_changed():
+    def step(batch: object) -> None:
+        pass
+
+    heard: list[ProbeProgress] = []
+    measuring = Measuring(SPEC, step=step, policy=POLICY, clock=_clock)
+    verifying = measuring.with_progress(heard.append)
+    assert measuring.progress is None  # the original is untouched
+    assert verifying.progress == heard.append
+    assert (verifying.spec, verifying.step, verifying.policy, verifying.clock) == (SPEC, step, POLICY, _clock)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        verifying.step = None  # type: ignore[misc]
+
+
+def test_a_measuring_has_the_probes_defaults():
+    measuring = Measuring(SPEC)
+    assert measuring.step is None and measuring.progress is None
+    assert measuring.policy == StallPolicy()
+
+
+@pytest.mark.timeout(30)
+def test_a_session_runs_with_the_step_the_policy_and_the_progress_of_its_measuring():
+    stepped: list[object] = []
+    heard: list[ProbeProgress] = []
+    measuring = Measuring(SPEC, step=stepped.append, policy=POLICY, progress=heard.append)
+    session = ProbeSession(measuring, Settings())
+    try:
+        assert (session.spec, session.step, session.policy, session.progress) == (
+            SPEC,
+            stepped.append,
+            POLICY,
+            heard.append,
+        )
+    finally:
+        session.close()
+    rec = probe_with(measuring, budget_s=0.5, epochs=1)
+    assert rec.outcome == "completed" and len(rec.batches) == 8
+    assert len(stepped) == len(rec.batches)  # the training step after every batch
+    assert heard and heard[-1].batches == len(rec.batches)
+
+
+def _trial_measuring(monkeypatch) -> dict[str, Measuring]:
+    """Fakes the probe of the tuner's trials: what each trial ran with, by its settings' workers."""
+    given: dict[str, Measuring] = {}
+
+    def fake_probe_with(measuring, settings=None, *, budget_s, epochs):
+        given[settings.describe()] = measuring
+        return make_recording(settings=settings)
+
+    monkeypatch.setattr(tune_measure, "probe_with", fake_probe_with)
+    return given
+
+
+def test_a_trial_reports_its_figures_with_its_settings(monkeypatch):
+    given = _trial_measuring(monkeypatch)
+    heard: list[tuple[Settings, ProbeProgress]] = []
+    measuring = Measuring(SPEC, policy=POLICY, progress=lambda figures: pytest.fail("the trial's own progress"))
+    settings = Settings(num_workers=2)
+    tune_measure.probe_measure(measuring, progress=lambda s, f: heard.append((s, f)))(settings, 1.0)
+    trial = given[settings.describe()]
+    assert trial.spec is SPEC and trial.policy is POLICY
+    trial.progress(FIGURES)
+    assert heard == [(settings, FIGURES)]
+
+
+def test_without_a_progress_of_its_own_a_trial_reports_to_the_measurings(monkeypatch):
+    given = _trial_measuring(monkeypatch)
+    heard: list[ProbeProgress] = []
+    measuring = Measuring(SPEC, progress=heard.append)
+    tune_measure.probe_measure(measuring)(Settings(num_workers=2), 1.0)
+    (trial,) = given.values()
+    assert trial is measuring
