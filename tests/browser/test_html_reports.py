@@ -97,8 +97,8 @@ def test_a_scale_page_renders_rate_efficiency_and_waits(tmp_path, chromium):
 def test_dark_mode_and_print_render_too(tmp_path, chromium):
     from loaderdoctor.render.kinds import report_page
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-    from test_render_html import _check_report
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "render"))
+    from test_html import _check_report
 
     path = tmp_path / "report.html"
     path.write_text(report_page(_check_report()))

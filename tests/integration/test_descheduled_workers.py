@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import loaderdoctor
 from loaderdoctor.loader.workload import Workload
 from loaderdoctor.rules._common import COMPUTING_SHARE
+from shared_datasets import Crunch
 
 pytestmark = [
     pytest.mark.workers,
@@ -26,21 +27,6 @@ pytestmark = [
 
 CORES = 1  # the test's process, its workers and the hogs are held to this many cores, whatever the machine
 HOGS = 3  # with the 2 workers, they take turns on it: each worker runs a fifth of the time
-
-
-class Crunch(Dataset):
-    """Pure computing: 40 ms of CPU a sample, nothing to wait for; long enough that no epoch runs out (an
-    epoch's end leaves workers idle, which says nothing of their loading)."""
-
-    def __len__(self) -> int:
-        return 10_000
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        total = 0.0
-        deadline = time.thread_time() + 0.04
-        while time.thread_time() < deadline:
-            total += 1.0
-        return torch.tensor([total])
 
 
 @pytest.fixture
@@ -66,7 +52,8 @@ def hogged_cores():
 
 
 def test_cpu_bound_workers_beside_hogs_are_told_cpu_bound_not_waiting(hogged_cores):
-    loader = DataLoader(Crunch(), batch_size=2, num_workers=2, persistent_workers=True)
+    # Long enough that no epoch runs out: an epoch's end leaves workers idle, which says nothing of their loading.
+    loader = DataLoader(Crunch(10_000), batch_size=2, num_workers=2, persistent_workers=True)
     report = loaderdoctor.check(Workload(loader, step_ms=5), budget_s=6, verify_fix=False)
     (loader_report,) = report.loaders.values()
     finding = next(f for f in loader_report.findings if f.rule == "input-bound")

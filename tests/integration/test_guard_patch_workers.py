@@ -6,25 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.utils.data
-from torch.utils.data import Dataset
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.guard import GuardedLoader
 from loaderdoctor.guard.patch import patched, unpatch
+from shared_datasets import Indices
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(60)]
 
 
-class Indices(Dataset):
-    def __len__(self) -> int:
-        return 40
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def _arguments() -> tuple[tuple, dict]:
-    return (Indices(),), {
+    return (Indices(40),), {
         "batch_size": 4,
         "shuffle": True,
         "num_workers": 1,

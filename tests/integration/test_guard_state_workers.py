@@ -7,9 +7,10 @@ import json
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from loaderdoctor.guard import guard
+from shared_datasets import Indices
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(60)]
 
@@ -17,18 +18,10 @@ SEED = 5
 N = 40  # 10 batches of 4
 
 
-class Indices(Dataset):
-    def __len__(self) -> int:
-        return N
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def _loader() -> DataLoader:
     generator = torch.Generator().manual_seed(SEED)
     return DataLoader(
-        Indices(), batch_size=4, shuffle=True, generator=generator, num_workers=2, persistent_workers=True
+        Indices(N), batch_size=4, shuffle=True, generator=generator, num_workers=2, persistent_workers=True
     )
 
 

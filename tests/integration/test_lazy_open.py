@@ -3,11 +3,8 @@ epoch's start-up on both sides, as a training loop pays it (real worker processe
 
 from __future__ import annotations
 
-import time
-
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.loader.workload import sleep_step
@@ -16,6 +13,7 @@ from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.verify import verify
 from loaderdoctor.recording.epochcost import EpochCost
 from loaderdoctor.report import Finding
+from shared_datasets import OpensLazily
 
 pytestmark = [pytest.mark.workers, pytest.mark.quiet, pytest.mark.timeout(40)]
 
@@ -23,28 +21,12 @@ OPEN_S = 1.5  # each worker's start: far longer than an epoch's 12 batches of a 
 BATCHES = 12
 
 
-class OpensLazily(Dataset):
-    """Opens its "file" on first use, wherever that is (the h5py pattern): each new worker pays OPEN_S."""
-
-    def __init__(self) -> None:
-        self.handle: str | None = None
-
-    def __len__(self) -> int:
-        return BATCHES * 4
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if self.handle is None:
-            time.sleep(OPEN_S)
-            self.handle = "open"
-        return torch.full((16,), float(index))
-
-
 def test_loading_in_this_process_does_not_spare_the_originals_workers_their_start_up():
     """The original (2 workers started every epoch) against num_workers=0, which check's search found for such a
     loader: measured in one process, in turns. A plain loop's truth is about 12x (an epoch of 0.13 s of steps
     behind a 1.5 s start, against the steps alone); when the in-process runs opened the user's dataset, the
     original's later workers inherited it open and the speedup read 3.0x."""
-    dataset = OpensLazily()
+    dataset = OpensLazily(BATCHES * 4, open_s=OPEN_S)
     loader = DataLoader(dataset, batch_size=4, num_workers=2, persistent_workers=False, multiprocessing_context="fork")
     spec = LoaderSpec.from_loader(loader)
     before = probe(spec, budget_s=1.0, epochs=1, step=sleep_step(10))

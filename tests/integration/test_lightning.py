@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
+
+from shared_datasets import Busy
 
 pytest.importorskip("lightning")
 
@@ -28,22 +30,6 @@ from loaderdoctor.lightning import LoaderDoctorCallback
 from loaderdoctor.recording.record import wait_fraction
 
 pytestmark = pytest.mark.timeout(180)
-
-
-class Busy(Dataset):
-    """Each sample costs `ms` of CPU in the process that loads it."""
-
-    def __init__(self, ms: float, size: int = 400) -> None:
-        self.ms, self.size = ms, size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        until = time.perf_counter() + self.ms / 1000
-        while time.perf_counter() < until:
-            pass
-        return torch.full((8,), float(index)), torch.zeros(1)
 
 
 class Tiny(pl.LightningModule):

@@ -16,6 +16,7 @@ from loaderdoctor.probe.measure import probe
 from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.tap.watchdog import StallPolicy
+from shared_datasets import Squares
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(90)]
 
@@ -25,18 +26,10 @@ QUICK = StallPolicy(floor_s=2.0, multiple=20.0, first_batch_s=20.0, first_batch_
 _LOCK = threading.Lock()
 
 
-class Squares(Dataset):
-    def __init__(self, n: int = 64) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.full((16,), float(index * index))
-
-
 class NeedsTheLock(Squares):
+    def __init__(self) -> None:
+        super().__init__(64, width=16)
+
     def __getitem__(self, index: int) -> torch.Tensor:
         with _LOCK:  # the line a stuck worker is reported at
             return super().__getitem__(index)
@@ -44,7 +37,7 @@ class NeedsTheLock(Squares):
 
 class KillsItselfAt(Squares):
     def __init__(self, index: int) -> None:
-        super().__init__()
+        super().__init__(64, width=16)
         self.fatal = index
 
     def __getitem__(self, index: int) -> torch.Tensor:
@@ -86,7 +79,7 @@ def _spec(dataset: Dataset, **loader_kwargs) -> LoaderSpec:
 
 
 def test_persistent_workers_keep_their_pids_and_are_sampled():
-    rec = probe(_spec(Squares(), num_workers=2, persistent_workers=True), budget_s=20, epochs=3, step_ms=20)
+    rec = probe(_spec(Squares(64, width=16), num_workers=2, persistent_workers=True), budget_s=20, epochs=3, step_ms=20)
     assert rec.outcome == "completed"
     assert [e.batches for e in rec.epochs] == [8, 8, 8]
     pid_sets = {frozenset(e.worker_pids) for e in rec.epochs}
@@ -97,7 +90,7 @@ def test_persistent_workers_keep_their_pids_and_are_sampled():
 
 
 def test_workers_that_are_not_persistent_change_pids_every_epoch():
-    rec = probe(_spec(Squares(), num_workers=2), budget_s=20, epochs=3)
+    rec = probe(_spec(Squares(64, width=16), num_workers=2), budget_s=20, epochs=3)
     pids = [frozenset(e.worker_pids) for e in rec.epochs]
     assert len(pids) == 3 and len(set(pids)) == 3
     assert all(e.first_batch_s is not None and e.first_batch_s > 0 for e in rec.epochs)
@@ -165,7 +158,7 @@ def test_errors_in_workers_name_the_sample_index():
 
 class _RaisesAt(Squares):
     def __init__(self, bad: set[int]) -> None:
-        super().__init__()
+        super().__init__(64, width=16)
         self.bad = bad
 
     def __getitem__(self, index: int) -> torch.Tensor:
@@ -182,7 +175,7 @@ def _line_of(text: str) -> int:
 def test_a_death_torch_raises_between_batches_is_the_runs_outcome_not_an_error():
     # torch's SIGCHLD handler raises a worker's death wherever the main thread is: here, as a window opens (its
     # first CPU sample), which a benchmark's tuner trial met after the watchdog killed stalled workers.
-    spec = _spec(Squares(), num_workers=1, persistent_workers=True)
+    spec = _spec(Squares(64, width=16), num_workers=1, persistent_workers=True)
     session = ProbeSession(Measuring(spec, policy=QUICK), spec.settings)
     try:
         assert session.start(startup_limit_s=30)

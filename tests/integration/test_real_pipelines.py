@@ -20,6 +20,7 @@ from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.loader.workload import Workload
 from loaderdoctor.probe.measure import probe
 from loaderdoctor.recording.rates import batches_per_s, training_rate
+from shared_datasets import Crunch
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
 
@@ -93,25 +94,11 @@ def test_a_monitor_thread_with_a_local_collate_fn_keeps_fork_and_names_the_threa
         assert "cannot be pickled" not in fix.note
 
 
-class Crunch(Dataset):
-    """Pure computing: about 40 ms of CPU a sample, nothing to wait for."""
-
-    def __len__(self) -> int:
-        return 96
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        total = 0.0
-        deadline = time.thread_time() + 0.04
-        while time.thread_time() < deadline:
-            total += 1.0
-        return torch.tensor([total])
-
-
 @pytest.mark.quiet
 def test_four_cpu_bound_workers_on_two_cores_are_not_told_to_add_workers():
     cores = len(os.sched_getaffinity(0))
     workers = 2 * cores
-    loader = DataLoader(Crunch(), batch_size=2, num_workers=workers, persistent_workers=True)
+    loader = DataLoader(Crunch(96), batch_size=2, num_workers=workers, persistent_workers=True)
     report = loaderdoctor.check(Workload(loader, step_ms=5), budget_s=16, verify_fix=False)
     rules = _rules(report)
     bound = rules["input-bound"]

@@ -19,24 +19,9 @@ from torch.utils.data.distributed import DistributedSampler
 import loaderdoctor
 from loaderdoctor.history.store import load_runs
 from loaderdoctor.watch import watch
+from shared_datasets import Busy
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(180)]
-
-
-class Busy(Dataset):
-    """Each sample costs `ms` of CPU in the process that loads it."""
-
-    def __init__(self, ms: float, size: int = 160) -> None:
-        self.ms, self.size = ms, size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        until = time.perf_counter() + self.ms / 1000
-        while time.perf_counter() < until:
-            pass
-        return torch.full((4,), float(index))
 
 
 def _train(loader, name: str, *, epochs: int, step_s: float, **options):

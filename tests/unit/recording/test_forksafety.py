@@ -11,24 +11,17 @@ import types
 import pytest
 import torch
 from recordings import make_iterators, make_recording
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from loaderdoctor.host import forkhazards
 from loaderdoctor.host.forkhazards import ForkHazards, iterator_facts, other_threads
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.recording.forksafety import forkserver_blocker, safe_start_method
-
-
-class Squares(Dataset):
-    def __len__(self) -> int:
-        return 8
-
-    def __getitem__(self, index: int) -> int:
-        return index * index
+from shared_datasets import Squares
 
 
 def _spec(dataset=None, **kwargs) -> LoaderSpec:
-    return LoaderSpec.from_loader(DataLoader(dataset if dataset is not None else Squares(), **kwargs))
+    return LoaderSpec.from_loader(DataLoader(dataset if dataset is not None else Squares(8), **kwargs))
 
 
 def test_importing_inductors_config_is_no_hazard():
@@ -135,7 +128,7 @@ def test_a_class_of_an_interactive_session_blocks_forkserver(monkeypatch):
     monkeypatch.setitem(sys.modules, "__main__", interactive)
     defined_there = type("NotebookData", (Squares,), {"__module__": "__main__"})
     interactive.NotebookData = defined_there
-    blocker = forkserver_blocker(_spec(defined_there(), batch_size=2))
+    blocker = forkserver_blocker(_spec(defined_there(8), batch_size=2))
     assert blocker is not None
     assert "NotebookData" in blocker and "interactive session" in blocker
 

@@ -17,28 +17,13 @@ from loaderdoctor.probe.measure import ProbeProgress, probe
 from loaderdoctor.recording.rates import interval_s
 from loaderdoctor.recording.record import SampleError, wait_fraction
 from loaderdoctor.tap.watchdog import StallPolicy
+from shared_datasets import PlusMinus
 
 MB = 10**6
 
 
-class Pairs(Dataset):
-    """Item i is the tensor [i, -i]; the listed indices raise ValueError."""
-
-    def __init__(self, n: int, bad: tuple[int, ...] = ()) -> None:
-        self.n = n
-        self.bad = bad
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if index in self.bad:
-            raise ValueError(f"bad sample {index}")
-        return torch.tensor([float(index), -float(index)])
-
-
-class Blocking(Pairs):
-    """Pairs whose item `stuck_at` blocks (until interrupted, or 5 s at most)."""
+class Blocking(PlusMinus):
+    """PlusMinus whose item `stuck_at` blocks (until interrupted, or 5 s at most)."""
 
     def __init__(self, n: int, stuck_at: int) -> None:
         super().__init__(n)
@@ -105,7 +90,7 @@ def _spec(dataset, **loader_kwargs) -> LoaderSpec:
 
 
 def test_sample_errors_are_recorded_and_the_run_goes_on():
-    rec = probe(_spec(Pairs(20, bad=(3, 11)), batch_size=2), budget_s=10.0, epochs=1)
+    rec = probe(_spec(PlusMinus(20, bad=(3, 11)), batch_size=2), budget_s=10.0, epochs=1)
     assert rec.sample_errors == [
         SampleError(epoch=0, batch=1, index=3, error_type="ValueError", message="bad sample 3"),
         SampleError(epoch=0, batch=5, index=11, error_type="ValueError", message="bad sample 11"),
@@ -119,13 +104,13 @@ def test_sample_errors_are_recorded_and_the_run_goes_on():
 
 
 def test_every_bad_sample_of_one_batch_is_recorded():
-    rec = probe(_spec(Pairs(8, bad=(4, 5)), batch_size=4), budget_s=10.0, epochs=1)
+    rec = probe(_spec(PlusMinus(8, bad=(4, 5)), batch_size=4), budget_s=10.0, epochs=1)
     assert [(e.batch, e.index) for e in rec.sample_errors] == [(1, 4), (1, 5)]
     assert len(rec.batches) == 1
 
 
 def test_a_loader_whose_every_batch_fails_is_ended_as_crashed():
-    rec = probe(_spec(Pairs(80, bad=tuple(range(80))), batch_size=1), budget_s=10.0, epochs=2)
+    rec = probe(_spec(PlusMinus(80, bad=tuple(range(80))), batch_size=1), budget_s=10.0, epochs=2)
     assert rec.outcome == "crashed"
     assert len(rec.sample_errors) == 50
     assert rec.error.startswith("50 batches in a row failed; the last: dataset[49] raised ValueError")
@@ -135,7 +120,7 @@ def test_a_loader_whose_every_batch_fails_is_ended_as_crashed():
 
 def test_epochs_and_step_are_recorded():
     progress: list[ProbeProgress] = []
-    rec = probe(_spec(Pairs(20), batch_size=4), budget_s=10.0, epochs=2, step_ms=1, progress=progress.append)
+    rec = probe(_spec(PlusMinus(20), batch_size=4), budget_s=10.0, epochs=2, step_ms=1, progress=progress.append)
     assert [(e.epoch, e.batches, e.ended) for e in rec.epochs] == [(0, 5, "exhausted"), (1, 5, "exhausted")]
     assert all(e.first_batch_s is not None and e.first_batch_s > 0 for e in rec.epochs)
     assert all(e.worker_pids == [] for e in rec.epochs)
@@ -143,7 +128,7 @@ def test_epochs_and_step_are_recorded():
     assert all(b.step_s >= 0.001 for b in rec.batches)
     assert wait_fraction(rec) is not None
     assert len(rec.iterators) == 2
-    assert (rec.batches_per_epoch, rec.dataset_len, rec.dataset, rec.batch_size) == (5, 20, "Pairs", 4)
+    assert (rec.batches_per_epoch, rec.dataset_len, rec.dataset, rec.batch_size) == (5, 20, "PlusMinus", 4)
     assert rec.iterable is False
     assert rec.start_method is None
     assert rec.settings == Settings()
@@ -170,7 +155,7 @@ def test_an_epochs_wall_time_counts_from_iter_as_its_first_batch_does():
 
 
 def test_no_step_leaves_step_s_unset():
-    rec = probe(_spec(Pairs(4), batch_size=2), budget_s=10.0, epochs=1)
+    rec = probe(_spec(PlusMinus(4), batch_size=2), budget_s=10.0, epochs=1)
     assert rec.step_s is None
     assert all(b.step_s >= 0.0 for b in rec.batches)  # the loop's own time only: releasing the last batch
 
@@ -183,7 +168,7 @@ class SlowToFree:
 
 
 def test_releasing_the_last_batch_counts_in_the_loops_time_as_a_training_loop_pays_it():
-    loader_spec = _spec(Pairs(12), batch_size=1, collate_fn=lambda samples: SlowToFree())
+    loader_spec = _spec(PlusMinus(12), batch_size=1, collate_fn=lambda samples: SlowToFree())
     rec = probe(loader_spec, budget_s=10.0, epochs=1)
     assert rec.step_s is None  # no training step: the release is the loop's own time, not a step's
     steady = [b for b in rec.batches if b.index > 0]
@@ -194,14 +179,14 @@ def test_releasing_the_last_batch_counts_in_the_loops_time_as_a_training_loop_pa
 
 
 def test_the_budget_ends_a_long_epoch():
-    rec = probe(_spec(Pairs(100_000), batch_size=1), budget_s=0.3, epochs=1, step_ms=2)
+    rec = probe(_spec(PlusMinus(100_000), batch_size=1), budget_s=0.3, epochs=1, step_ms=2)
     assert rec.epochs[0].ended == "time"
     assert 10 < len(rec.batches) <= 151  # each batch takes at least its 2 ms step
     assert rec.wall_s < 1.5
 
 
 def test_the_budget_is_shared_between_epochs():
-    rec = probe(_spec(Pairs(100_000), batch_size=1), budget_s=0.3, epochs=3, step_ms=2)
+    rec = probe(_spec(PlusMinus(100_000), batch_size=1), budget_s=0.3, epochs=3, step_ms=2)
     assert [e.ended for e in rec.epochs] == ["time", "time", "time"]
     assert all(0 < e.wall_s < 0.5 for e in rec.epochs)
     assert all(e.batches > 0 for e in rec.epochs)
@@ -209,7 +194,7 @@ def test_the_budget_is_shared_between_epochs():
 
 
 def test_other_settings_than_the_loaders_own():
-    spec = _spec(Pairs(6), batch_size=3)
+    spec = _spec(PlusMinus(6), batch_size=3)
     rec = probe(spec, Settings(pin_memory=False), budget_s=10.0, epochs=1)
     assert rec.settings == Settings()
     assert len(rec.batches) == 2
@@ -218,7 +203,7 @@ def test_other_settings_than_the_loaders_own():
 @pytest.mark.parametrize(("kwargs", "words"), [({"epochs": 0}, "epochs must be"), ({"budget_s": 0}, "budget")])
 def test_bad_arguments_are_usage_errors(kwargs, words):
     with pytest.raises(UsageError, match=words):
-        probe(_spec(Pairs(2)), **kwargs)
+        probe(_spec(PlusMinus(2)), **kwargs)
 
 
 def test_a_stall_in_this_process_is_interrupted_and_located():
@@ -265,7 +250,7 @@ def test_an_unpicklable_dataset_is_a_usage_error_naming_it():
 
 def test_an_unpicklable_collate_fn_is_named_too():
     with pytest.raises(UsageError, match=r"the loader's collate_fn \(function\) cannot be pickled"):
-        pickled_bytes(_spec(Pairs(2), collate_fn=lambda batch: batch), "forkserver")
+        pickled_bytes(_spec(PlusMinus(2), collate_fn=lambda batch: batch), "forkserver")
 
 
 def test_tensors_count_as_next_to_nothing():

@@ -8,17 +8,13 @@ import json
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from loaderdoctor.loader.facts import LoaderFacts, length_or_none, loader_facts
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.scale.results import RankLoader
 from loaderdoctor.watch.recorder import RunRecorder
-
-
-class Stream(IterableDataset):
-    def __iter__(self):
-        yield from (torch.tensor([i]) for i in range(6))
+from shared_datasets import Stream
 
 
 class BrokenLength:
@@ -28,7 +24,7 @@ class BrokenLength:
 
 def test_len_or_none_is_the_length_none_without_one_and_lets_other_errors_through():
     assert length_or_none([1, 2, 3]) == 3
-    assert length_or_none(Stream()) is None
+    assert length_or_none(Stream(6)) is None
     with pytest.raises(ValueError, match="own bug"):
         length_or_none(BrokenLength())
 
@@ -52,7 +48,7 @@ def test_a_map_style_loader_with_a_distributed_sampler_is_described_whole():
 
 
 def test_a_stream_has_no_lengths_and_no_indices_even_when_asked():
-    facts = loader_facts(DataLoader(Stream(), batch_size=2), indices=True)
+    facts = loader_facts(DataLoader(Stream(6), batch_size=2), indices=True)
     assert (facts.iterable, facts.batches_per_epoch, facts.dataset_len, facts.indices) == (True, None, None, None)
     assert (facts.dataset, facts.distributed, facts.sampler_drop_last) == ("Stream", False, None)
 

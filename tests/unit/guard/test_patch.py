@@ -23,19 +23,7 @@ from loaderdoctor.guard import loader as guard_loader
 from loaderdoctor.guard.patch import PatchedDataLoader, is_patched, patch, patched, unpatch
 from loaderdoctor.loader import settings
 from loaderdoctor.tap import iterator as tap
-
-
-class Pairs(Dataset):
-    def __len__(self) -> int:
-        return 21
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return torch.full((3,), float(index)), index
-
-
-class _Stream(IterableDataset):
-    def __iter__(self):
-        return iter(range(3))
+from shared_datasets import Pairs, Stream
 
 
 class _ResumableStream(IterableDataset):
@@ -77,7 +65,9 @@ def never_left_patched():
 
 def _make():
     """A DataLoader as user code writes it: through the name torch.utils.data.DataLoader, looked up now."""
-    return torch.utils.data.DataLoader(Pairs(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(4))
+    return torch.utils.data.DataLoader(
+        Pairs(21), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(4)
+    )
 
 
 def _indices(loader) -> list[list[int]]:
@@ -85,7 +75,7 @@ def _indices(loader) -> list[list[int]]:
 
 
 def test_a_dataloader_made_while_patched_is_guarded_and_yields_what_the_plain_one_does():
-    plain = TorchDataLoader(Pairs(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(4))
+    plain = TorchDataLoader(Pairs(21), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(4))
     expected = [list(plain) for _ in range(2)]
     patch()
     assert is_patched()
@@ -104,18 +94,18 @@ def test_unpatch_restores_torchs_class_exactly():
     assert torch.utils.data.DataLoader is PatchedDataLoader
     unpatch()
     assert torch.utils.data.DataLoader is TorchDataLoader and not is_patched()
-    assert type(torch.utils.data.DataLoader(Pairs())) is TorchDataLoader
+    assert type(torch.utils.data.DataLoader(Pairs(21))) is TorchDataLoader
     unpatch()  # nothing in force: nothing happens
     assert torch.utils.data.DataLoader is TorchDataLoader
 
 
 def test_isinstance_holds_for_guarded_and_plain_loaders_while_patched():
-    plain = TorchDataLoader(Pairs())
+    plain = TorchDataLoader(Pairs(21))
     patch()
     with _make() as guarded:
         assert isinstance(guarded, torch.utils.data.DataLoader)
         assert isinstance(plain, torch.utils.data.DataLoader)
-        assert isinstance(MadeBefore(Pairs()), torch.utils.data.DataLoader)
+        assert isinstance(MadeBefore(Pairs(21)), torch.utils.data.DataLoader)
         assert not isinstance([plain], torch.utils.data.DataLoader)
         assert not isinstance(None, torch.utils.data.DataLoader)
         assert issubclass(GuardedLoader, torch.utils.data.DataLoader)
@@ -132,8 +122,8 @@ def test_the_patched_name_still_reads_like_torchs_class():
     assert inspect.isclass(torch.utils.data.DataLoader)
     assert inspect.signature(torch.utils.data.DataLoader) == inspect.signature(TorchDataLoader)
     assert torch.utils.data.DataLoader[int] is not None  # annotations like DataLoader[Tensor] keep working
-    assert type(torch.utils.data.DataLoader[int](Pairs())) is GuardedLoader
-    assert pickle.loads(pickle.dumps(TorchDataLoader(Pairs()))).batch_size == 1  # pickle finds torch's class
+    assert type(torch.utils.data.DataLoader[int](Pairs(21))) is GuardedLoader
+    assert pickle.loads(pickle.dumps(TorchDataLoader(Pairs(21)))).batch_size == 1  # pickle finds torch's class
 
 
 def test_the_guard_builds_its_loaders_with_torchs_class_never_a_patched_one():
@@ -155,7 +145,7 @@ def test_options_reach_every_guarded_loader():
 
 def test_persistent_workers_from_the_call_win_over_the_option():
     def made(**kwargs) -> bool:
-        with torch.utils.data.DataLoader(Pairs(), num_workers=2, **kwargs) as guarded:  # never iterated: no worker
+        with torch.utils.data.DataLoader(Pairs(21), num_workers=2, **kwargs) as guarded:  # never iterated: no worker
             return guarded.settings.persistent_workers
 
     patch()
@@ -217,7 +207,7 @@ def accepts(loader):
 def test_a_library_that_bound_the_class_before_patch_is_left_alone():
     library = _library(_LIBRARY)
     patch()
-    loader = library.make(Pairs())
+    loader = library.make(Pairs(21))
     assert type(loader) is TorchDataLoader and library.accepts(loader)
     with _make() as guarded:
         assert not library.accepts(guarded)  # the documented limit
@@ -226,16 +216,16 @@ def test_a_library_that_bound_the_class_before_patch_is_left_alone():
 def test_a_library_that_bound_the_class_while_patched_guards_only_while_patched():
     patch()
     library = _library(_LIBRARY)
-    with library.make(Pairs()) as guarded:
+    with library.make(Pairs(21)) as guarded:
         assert type(guarded) is GuardedLoader and library.accepts(guarded)
-        assert library.accepts(TorchDataLoader(Pairs()))
+        assert library.accepts(TorchDataLoader(Pairs(21)))
     unpatch()
-    assert type(library.make(Pairs())) is TorchDataLoader
+    assert type(library.make(Pairs(21))) is TorchDataLoader
 
 
 def test_subclasses_of_dataloader_stay_unguarded():
     patch()
-    assert type(MadeBefore(Pairs())) is MadeBefore
+    assert type(MadeBefore(Pairs(21))) is MadeBefore
 
     class MadeWhilePatched(torch.utils.data.DataLoader, abc.ABC):
         def __init__(self, dataset: Dataset) -> None:
@@ -249,15 +239,15 @@ def test_subclasses_of_dataloader_stay_unguarded():
         assert TorchDataLoader in cls.__mro__ and PatchedDataLoader not in cls.__mro__
     assert inspect.signature(Typed) == inspect.signature(TorchDataLoader)
     unpatch()
-    loader = MadeWhilePatched(Pairs())
+    loader = MadeWhilePatched(Pairs(21))
     assert type(loader) is MadeWhilePatched and _indices(loader)[-1] == [20]
-    assert isinstance(loader, torch.utils.data.DataLoader) and type(Typed(Pairs())) is Typed
+    assert isinstance(loader, torch.utils.data.DataLoader) and type(Typed(Pairs(21))) is Typed
 
 
 @pytest.mark.filterwarnings("error")  # as pytest's filterwarnings = error runs the user's tests
 def test_a_loader_the_guard_cannot_resume_is_left_plain_and_said_in_the_log(caplog):
     patch()
-    loader = torch.utils.data.DataLoader(_Stream())
+    loader = torch.utils.data.DataLoader(Stream(3))
     assert type(loader) is TorchDataLoader and [b.tolist() for b in loader] == [[0], [1], [2]]
     assert "not guarded: the guard cannot resume the IterableDataset" in caplog.text
 
@@ -337,5 +327,5 @@ def test_blocks_of_several_threads_leave_torch_as_they_found_it():
 
 def test_loaderdoctors_own_dataloader_works_while_patched():
     patch()
-    with loaderdoctor.DataLoader(Pairs(), batch_size=4, max_restarts=1) as guarded:
+    with loaderdoctor.DataLoader(Pairs(21), batch_size=4, max_restarts=1) as guarded:
         assert type(guarded.loader) is TorchDataLoader and guarded.max_restarts == 1

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 from torch._utils import ExceptionWrapper
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import DataLoader as GuardedDataLoader
@@ -23,14 +23,7 @@ from loaderdoctor.guard.loader import stall_policy
 from loaderdoctor.tap.iterator import is_worker_death
 from loaderdoctor.tap.watchdog import StallPolicy
 from loaderdoctor.workers.processes import exited_workers
-
-
-class Pairs(Dataset):
-    def __len__(self) -> int:
-        return 21
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return torch.full((3,), float(index)), index
+from shared_datasets import Pairs, Stream
 
 
 class RaisesAt(Pairs):
@@ -44,6 +37,7 @@ class SlowOnceAt(Pairs):
     """Sleeps at one index the first time: a main-process stall that ends by itself."""
 
     def __init__(self) -> None:
+        super().__init__(21)
         self.slept = False
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
@@ -53,14 +47,9 @@ class SlowOnceAt(Pairs):
         return super().__getitem__(index)
 
 
-class _Stream(IterableDataset):
-    def __iter__(self):
-        return iter(range(3))
-
-
 def _loader(dataset: Dataset | None = None, seed: int = 4, **kwargs) -> DataLoader:
     generator = torch.Generator().manual_seed(seed)
-    return DataLoader(dataset or Pairs(), batch_size=4, shuffle=True, generator=generator, **kwargs)
+    return DataLoader(dataset or Pairs(21), batch_size=4, shuffle=True, generator=generator, **kwargs)
 
 
 def _same(a, b) -> bool:
@@ -84,14 +73,14 @@ def test_len_and_the_loaders_attributes_are_the_users():
 
 
 def test_the_drop_in_dataloader_takes_the_same_arguments():
-    with GuardedDataLoader(Pairs(), batch_size=5, stall_timeout=3.0, max_restarts=1) as guarded:
+    with GuardedDataLoader(Pairs(21), batch_size=5, stall_timeout=3.0, max_restarts=1) as guarded:
         batches = list(guarded)
         assert [b[1].tolist() for b in batches] == [list(range(i, min(i + 5, 21))) for i in range(0, 21, 5)]
         assert guarded.policy.floor_s == 3.0 and guarded.max_restarts == 1
 
 
 def test_iter_and_next_work_as_with_a_plain_loader():
-    with guard(DataLoader(Pairs(), batch_size=None)) as g:
+    with guard(DataLoader(Pairs(21), batch_size=None)) as g:
         iterator = iter(g)
         first = next(iterator)
         assert first[1] == 0 and torch.equal(first[0], torch.zeros(3))
@@ -111,8 +100,8 @@ def test_a_new_epoch_ends_the_iterator_of_the_one_before():
 
 
 def test_a_dataset_error_reaches_the_user_and_the_epoch_goes_on():
-    plain = DataLoader(RaisesAt(), batch_size=4)
-    with guard(DataLoader(RaisesAt(), batch_size=4)) as guarded:
+    plain = DataLoader(RaisesAt(21), batch_size=4)
+    with guard(DataLoader(RaisesAt(21), batch_size=4)) as guarded:
         iterator, expected = iter(guarded), iter(plain)
         assert next(iterator)[1].tolist() == next(expected)[1].tolist() == [0, 1, 2, 3]
         with pytest.raises(ValueError, match="sample 5 is broken"):
@@ -160,9 +149,9 @@ def test_bad_options_are_usage_errors(options, words):
 def test_only_dataloaders_of_datasets_the_guard_can_resume_are_guarded():
     with pytest.raises(UsageError, match=r"expects a torch\.utils\.data\.DataLoader, got builtins\.list"):
         guard([1, 2, 3])
-    # An IterableDataset without state_dict()/load_state_dict(): tests/unit/test_guard_streams.py has those with.
-    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream: without state_dict"):
-        guard(DataLoader(_Stream()))
+    # An IterableDataset without state_dict()/load_state_dict(): tests/unit/guard/test_streams.py has those with.
+    with pytest.raises(UsageError, match="cannot resume the IterableDataset Stream: without state_dict"):
+        guard(DataLoader(Stream(3)))
 
 
 def test_stall_timeout_sets_both_deadlines_or_the_whole_policy():
@@ -179,7 +168,7 @@ def test_persistent_workers_are_turned_on_and_said_once(caplog):
         assert event.kind == "setting-changed" and event.detail["setting"] == "persistent_workers"
         assert guarded.settings.persistent_workers
     assert sum("persistent_workers False -> True" in r.getMessage() for r in caplog.records) == 1
-    with GuardedDataLoader(Pairs(), batch_size=4, num_workers=2, persistent_workers=False) as kept:
+    with GuardedDataLoader(Pairs(21), batch_size=4, num_workers=2, persistent_workers=False) as kept:
         assert kept.events == [] and not kept.settings.persistent_workers
 
 
@@ -268,7 +257,7 @@ def test_an_interrupt_ends_only_the_armed_next(handler_state):
 @pytest.mark.workers
 @pytest.mark.timeout(60)
 def test_a_workers_death_is_known_from_its_process_not_from_words():
-    loader = DataLoader(Pairs(), batch_size=4, num_workers=1, multiprocessing_context="fork")
+    loader = DataLoader(Pairs(21), batch_size=4, num_workers=1, multiprocessing_context="fork")
     iterator = iter(loader)
     torchs_handler = None
     try:
@@ -301,7 +290,7 @@ def test_a_workers_death_is_known_from_its_process_not_from_words():
 
 
 def test_setting_the_loaders_attributes_behaves_as_with_torch():
-    plain, guarded = DataLoader(Pairs(), batch_size=4), GuardedDataLoader(Pairs(), batch_size=4)
+    plain, guarded = DataLoader(Pairs(21), batch_size=4), GuardedDataLoader(Pairs(21), batch_size=4)
 
     def indices(samples: list) -> list:
         return [index for _, index in samples]
@@ -324,6 +313,7 @@ class CtrlCOnceAt(Pairs):
     """Ctrl-C pressed while sample 5 loads (in a notebook: the cell stops, the loader is kept)."""
 
     def __init__(self) -> None:
+        super().__init__(21)
         self.pressed = False
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:

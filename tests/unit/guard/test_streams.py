@@ -10,12 +10,13 @@ import threading
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import guard
 from loaderdoctor.guard.loader import STATE_VERSION
 from loaderdoctor.guard.streams import GuardedStream, StreamBatch, StreamRecord
+from shared_datasets import Indices
 
 N = 30  # 8 batches of 4, the last of 2
 
@@ -58,14 +59,6 @@ class Counter(IterableDataset):
 class SizedCounter(Counter):
     def __len__(self) -> int:
         return N
-
-
-class Indices(Dataset):
-    def __len__(self) -> int:
-        return N
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 def as_dict(samples: list[int]) -> dict:
@@ -217,7 +210,7 @@ def _state(**kwargs) -> dict:
 
 
 def _map_state() -> dict:
-    with guard(DataLoader(Indices(), batch_size=4)) as loader:
+    with guard(DataLoader(Indices(N), batch_size=4)) as loader:
         iterator = iter(loader)
         next(iterator)
         return _saved(loader.state_dict())
@@ -266,7 +259,7 @@ def test_one_worker_and_none_are_the_same_one_stream():
 def test_map_style_and_iterable_states_do_not_mix():
     with guard(_loader()) as stream, pytest.raises(UsageError, match="over a map-style dataset"):
         stream.load_state_dict(_map_state())
-    with guard(DataLoader(Indices(), batch_size=4)) as mapped, pytest.raises(UsageError, match="over an IterableD"):
+    with guard(DataLoader(Indices(N), batch_size=4)) as mapped, pytest.raises(UsageError, match="over an IterableD"):
         mapped.load_state_dict(_state())
 
 

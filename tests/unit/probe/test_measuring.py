@@ -7,30 +7,22 @@ import dataclasses
 import importlib
 
 import pytest
-import torch
 from recordings import make_recording
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.probe.measure import probe_with
 from loaderdoctor.probe.measuring import Measuring, ProbeProgress
 from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.tap.watchdog import StallPolicy
+from shared_datasets import PlusMinus
 
 tune_measure = importlib.import_module("loaderdoctor.tune.measure")
 FIGURES = ProbeProgress(epoch=0, epochs=1, batches=5, elapsed_s=0.5, budget_s=10.0)
 POLICY = StallPolicy(floor_s=5.0, first_batch_s=20.0)
 
 
-class Pairs(Dataset):
-    def __len__(self) -> int:
-        return 16
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.tensor([float(index), -float(index)])
-
-
-SPEC = LoaderSpec.from_loader(DataLoader(Pairs(), batch_size=2))
+SPEC = LoaderSpec.from_loader(DataLoader(PlusMinus(16), batch_size=2))
 
 
 def _clock() -> float:

@@ -5,31 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler
 
 import loaderdoctor
 from loaderdoctor.errors import UsageError
 from loaderdoctor.loader.threads import threads_available
+from shared_datasets import Pairs, Stream
 
 pytestmark = [
     pytest.mark.skipif(not threads_available(), reason="the thread backend needs torchdata"),
     pytest.mark.timeout(60),
 ]
-
-
-class Pairs(Dataset):
-    """Sample i is (a tensor of i, the int i): collation stacks the one and tensorises the other."""
-
-    def __len__(self) -> int:
-        return 23
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return torch.full((2,), float(index)), index
-
-
-class Stream(IterableDataset):
-    def __iter__(self):
-        return iter(range(4))
 
 
 class EpochSampler(Sampler[int]):
@@ -65,9 +51,9 @@ def _epochs(loader, epochs: int = 2) -> list[list]:
 def _both(**kwargs) -> tuple[list, list]:
     """Two epochs of DataLoader and of ThreadLoader built with the same arguments, each from the same seed."""
     torch.manual_seed(7)
-    expected = _epochs(DataLoader(Pairs(), **kwargs))
+    expected = _epochs(DataLoader(Pairs(23), **kwargs))
     torch.manual_seed(7)
-    got = _epochs(loaderdoctor.ThreadLoader(Pairs(), num_workers=3, **kwargs))
+    got = _epochs(loaderdoctor.ThreadLoader(Pairs(23), num_workers=3, **kwargs))
     return expected, got
 
 
@@ -99,12 +85,14 @@ def _both(**kwargs) -> tuple[list, list]:
 def test_the_batches_and_their_order_are_a_dataloaders(kwargs):
     expected, got = _both(**kwargs)
     assert got == expected
-    assert len(loaderdoctor.ThreadLoader(Pairs(), **kwargs)) == len(DataLoader(Pairs(), **kwargs))
+    assert len(loaderdoctor.ThreadLoader(Pairs(23), **kwargs)) == len(DataLoader(Pairs(23), **kwargs))
 
 
 def test_a_generators_shuffle_gives_a_dataloaders_order_every_epoch():
-    expected = _epochs(DataLoader(Pairs(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3)), 3)
-    loader = loaderdoctor.ThreadLoader(Pairs(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3))
+    expected = _epochs(DataLoader(Pairs(23), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3)), 3)
+    loader = loaderdoctor.ThreadLoader(
+        Pairs(23), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3)
+    )
     got = _epochs(loader, 3)
     assert got == expected
     assert got[0] != got[1]  # a new order each epoch
@@ -136,15 +124,15 @@ def test_the_samplers_epoch_is_the_one_its_user_set():
 )
 def test_the_mistakes_dataloader_refuses_raise_its_error(kwargs):
     with pytest.raises(ValueError) as torch_error:
-        DataLoader(Pairs(), **kwargs)
+        DataLoader(Pairs(23), **kwargs)
     with pytest.raises(ValueError) as our_error:
-        loaderdoctor.ThreadLoader(Pairs(), **kwargs)
+        loaderdoctor.ThreadLoader(Pairs(23), **kwargs)
     assert str(our_error.value) == str(torch_error.value)
 
 
 def test_what_threads_cannot_do_is_refused_saying_what_to_use():
     with pytest.raises(UsageError, match="map-style datasets only") as refused:
-        loaderdoctor.ThreadLoader(Stream())
+        loaderdoctor.ThreadLoader(Stream(4))
     assert "DataLoader" in refused.value.hint
     with pytest.raises(ValueError, match="num_workers=0"):
-        loaderdoctor.ThreadLoader(Pairs(), num_workers=0)
+        loaderdoctor.ThreadLoader(Pairs(23), num_workers=0)

@@ -3,31 +3,12 @@ workers), so that workers forked afterwards start as a training loop's would."""
 
 from __future__ import annotations
 
-import torch
-from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
+from torch.utils.data import ConcatDataset, DataLoader, Subset
 
 from loaderdoctor.loader.datasetcopy import own_copy
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.probe.measure import probe
-
-
-class OpensLazily(Dataset):
-    """Opens its "file" on first use, wherever that is (the h5py pattern): a handle set on the object."""
-
-    def __init__(self, n: int = 16) -> None:
-        self.n = n
-        self.data = torch.arange(n, dtype=torch.float32)
-        self.handle: str | None = None
-        self.opened = 0
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if self.handle is None:
-            self.handle = "open"
-            self.opened += 1
-        return self.data[index : index + 1]
+from shared_datasets import OpensLazily
 
 
 class RefusesCopying(OpensLazily):

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.batchplan import EpochPlan, PlannedBatchSampler, check_resumable, start_epoch
+from shared_datasets import Stream
 
 
-class _Stream(IterableDataset):
-    def __iter__(self):
-        return iter(range(5))
-
-
-class _ResumableStream(_Stream):
+class _ResumableStream(Stream):
     def state_dict(self) -> dict:
         return {}
 
@@ -120,14 +116,14 @@ def test_a_planned_sampler_drives_a_dataloader():
 
 
 def test_an_iterable_dataset_without_state_dict_is_refused_with_a_reason():
-    with pytest.raises(UsageError, match="cannot resume the IterableDataset _Stream: without state_dict") as raised:
-        check_resumable(DataLoader(_Stream(), batch_size=2))
+    with pytest.raises(UsageError, match="cannot resume the IterableDataset Stream: without state_dict") as raised:
+        check_resumable(DataLoader(Stream(5), batch_size=2))
     assert "give it state_dict()" in raised.value.hint
 
 
 def test_a_resumable_iterable_dataset_has_no_plan_but_draws_the_seed_as_the_plain_loader():
     def make() -> DataLoader:
-        return DataLoader(_ResumableStream(), batch_size=2, generator=torch.Generator().manual_seed(3))
+        return DataLoader(_ResumableStream(5), batch_size=2, generator=torch.Generator().manual_seed(3))
 
     check_resumable(make())
     loader = make()

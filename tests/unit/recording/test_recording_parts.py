@@ -17,7 +17,7 @@ from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
 
 # Written by Recording.to_dict() on main 8f84b53, when every part of a Recording lived in recording/record.py:
 # every kind of part present at least once.
-SAVED_BEFORE_THE_MOVE = Path(__file__).parent / "saved" / "recording-8f84b53.json"
+SAVED_BEFORE_THE_MOVE = Path(__file__).parents[1] / "saved" / "recording-8f84b53.json"
 
 
 def test_below_the_recording_no_module_imports_from_a_layer_above():

@@ -636,7 +636,7 @@ def test_memory_growth_lines(growth_mb, severity):
 
 
 def test_memory_growth_levelled_off_is_named_as_a_one_time_copy_not_a_leak():
-    # 150 MB in the first 15 s (a cache filled once, or copy-on-read), flat after: see test_rules_memory.py.
+    # 150 MB in the first 15 s (a cache filled once, or copy-on-read), flat after: see test_memory.py.
     rec = make_recording(uss_mb_at=lambda t: 200.0 + 10.0 * min(t, 15.0), **LONG_RUN)
     finding = memory_growth(rec)
     assert finding.severity == "warning" and finding.evidence["still_rising"] is False

@@ -4,7 +4,7 @@ watched run tally them per epoch alike, so that duplicate-samples is found by `r
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
 from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.loader.settings import Settings
@@ -13,6 +13,7 @@ from loaderdoctor.tap import iterator as tap_module
 from loaderdoctor.tap.fingerprints import EpochTally, sample_fingerprints
 from loaderdoctor.tap.iterator import BatchDelivered, EpochEnded, Event, IteratorCreated, Tap
 from loaderdoctor.watch.recorder import RunRecorder
+from shared_datasets import Stream
 
 
 class Clock:
@@ -21,15 +22,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Stream(IterableDataset):
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __iter__(self):
-        for i in range(self.n):
-            yield torch.full((3,), float(i))
 
 
 def _recorder(clock: Clock, workers: int = 2) -> RunRecorder:
@@ -96,9 +88,9 @@ def _delivered(loader: DataLoader) -> list[BatchDelivered]:
 
 
 def test_the_tap_fingerprints_a_streams_batches_as_the_probe_did_and_a_map_style_datasets_not_at_all():
-    delivered = _delivered(DataLoader(Stream(10), batch_size=4))
+    delivered = _delivered(DataLoader(Stream(10, width=3), batch_size=4))
     assert [len(e.fingerprints or ()) for e in delivered] == [4, 4, 2]
-    batches = list(DataLoader(Stream(10), batch_size=4))
+    batches = list(DataLoader(Stream(10, width=3), batch_size=4))
     assert [e.fingerprints for e in delivered] == [sample_fingerprints(b, len(b)) for b in batches]
 
     assert [e.fingerprints for e in _delivered(DataLoader(torch.arange(10.0), batch_size=4))] == [None] * 3
@@ -106,7 +98,7 @@ def test_the_tap_fingerprints_a_streams_batches_as_the_probe_did_and_a_map_style
 
 def test_the_tap_stops_fingerprinting_an_epoch_past_its_limit(monkeypatch):
     monkeypatch.setattr(tap_module, "TALLIED_PER_EPOCH", 6)
-    delivered = _delivered(DataLoader(Stream(20), batch_size=4))
+    delivered = _delivered(DataLoader(Stream(20, width=3), batch_size=4))
     assert [len(e.fingerprints or ()) for e in delivered] == [4, 4, 0, 0, 0]
 
 

@@ -13,20 +13,10 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import guard
 from loaderdoctor.guard.loader import STATE_VERSION
+from shared_datasets import Indices
 
 SEED = 7
 N = 30  # 8 batches of 4, the last of 2
-
-
-class Indices(Dataset):
-    def __init__(self, length: int = N) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 class BadAt(Indices):
@@ -38,7 +28,7 @@ class BadAt(Indices):
 
 def _loader(dataset: Dataset | None = None, seed: int = SEED, **kwargs) -> DataLoader:
     options = {"batch_size": 4, "shuffle": True, "generator": torch.Generator().manual_seed(seed), **kwargs}
-    return DataLoader(dataset or Indices(), **options)
+    return DataLoader(dataset or Indices(N), **options)
 
 
 def _indices(batches) -> list:
@@ -106,8 +96,8 @@ def test_a_fresh_loaders_state_starts_at_epoch_0_and_a_loaded_state_is_given_bac
 
 def test_a_sampler_with_its_own_generator_is_restored_too():
     def build() -> DataLoader:
-        sampler = RandomSampler(Indices(), generator=torch.Generator().manual_seed(SEED))
-        return DataLoader(Indices(), batch_size=4, sampler=sampler, generator=torch.Generator().manual_seed(1))
+        sampler = RandomSampler(Indices(N), generator=torch.Generator().manual_seed(SEED))
+        return DataLoader(Indices(N), batch_size=4, sampler=sampler, generator=torch.Generator().manual_seed(1))
 
     plain = build()
     expected = [_indices(plain) for _ in range(3)]
@@ -126,13 +116,13 @@ def test_a_sampler_with_its_own_generator_is_restored_too():
 
 
 def test_the_bad_sample_budget_and_restart_count_carry_over():
-    with guard(_loader(BadAt()), on_sample_error="skip", max_bad_fraction=0.5) as first:
+    with guard(_loader(BadAt(N)), on_sample_error="skip", max_bad_fraction=0.5) as first:
         _indices(first)
         first.restarts = 2  # as if two restarts had happened
         state = _saved(first.state_dict())
         skipped = list(first.skipped)
     assert sorted(skipped) == [3, 11] and state["samples_seen"] == N and state["restarts"] == 2
-    with guard(_loader(BadAt()), on_sample_error="skip", max_bad_fraction=0.5) as resumed:
+    with guard(_loader(BadAt(N)), on_sample_error="skip", max_bad_fraction=0.5) as resumed:
         resumed.load_state_dict(state)
         assert resumed.skipped == skipped and resumed.restarts == 2
         _indices(resumed)
@@ -197,17 +187,17 @@ def test_a_resume_draws_the_order_from_the_global_state_of_the_first_draw():
     # A RandomSampler without a generator draws its seed from torch's global generator at the first next(), not at
     # iter(): user code in between (a model's init) moves the global generator, and the saved state must follow.
     torch.manual_seed(3)
-    with guard(DataLoader(Indices(), batch_size=4, shuffle=True)) as first:
+    with guard(DataLoader(Indices(N), batch_size=4, shuffle=True)) as first:
         batches = iter(first)
         torch.rand(5)  # between iter() and the first batch
         delivered = [next(batches).tolist(), next(batches).tolist()]
         rest = [b.tolist() for b in batches]
     torch.manual_seed(3)
-    with guard(DataLoader(Indices(), batch_size=4, shuffle=True)) as again:
+    with guard(DataLoader(Indices(N), batch_size=4, shuffle=True)) as again:
         batches = iter(again)
         torch.rand(5)
         assert [next(batches).tolist(), next(batches).tolist()] == delivered
         saved = _saved(again.state_dict())
-    with guard(DataLoader(Indices(), batch_size=4, shuffle=True)) as resumed:
+    with guard(DataLoader(Indices(N), batch_size=4, shuffle=True)) as resumed:
         resumed.load_state_dict(saved)
         assert [b.tolist() for b in resumed] == rest

@@ -9,12 +9,12 @@ import threading
 import time
 
 import pytest
-import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.loader.threads import ThreadLoader, threads_available
 from loaderdoctor.probe.measure import probe
+from shared_datasets import Squares
 
 pytestmark = pytest.mark.skipif(not threads_available(), reason="the thread backend needs torchdata")
 
@@ -43,14 +43,6 @@ class CountedSamples(Dataset):
         return Counted(index)
 
 
-class Squares(Dataset):
-    def __len__(self) -> int:
-        return 10
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.tensor([index * index])
-
-
 def _thread_loader(dataset: Dataset, **loader_kwargs) -> ThreadLoader:
     spec = LoaderSpec.from_loader(DataLoader(dataset, **loader_kwargs))
     loader = spec.build(Settings(num_workers=2, prefetch_factor=4, backend="thread"))
@@ -59,8 +51,8 @@ def _thread_loader(dataset: Dataset, **loader_kwargs) -> ThreadLoader:
 
 
 def test_batches_come_in_the_samplers_order_as_a_dataloaders_do():
-    loader = _thread_loader(Squares(), batch_size=3)
-    expected = [batch.tolist() for batch in DataLoader(Squares(), batch_size=3)]
+    loader = _thread_loader(Squares(10), batch_size=3)
+    expected = [batch.tolist() for batch in DataLoader(Squares(10), batch_size=3)]
     assert [batch.tolist() for batch in loader] == expected
     assert [batch.tolist() for batch in loader] == expected  # a second epoch too
 
