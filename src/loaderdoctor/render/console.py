@@ -58,11 +58,11 @@ def render(report: Report, console: Console) -> None:
     console.print(Text.assemble((f"loaderdoctor {report.command} ", "bold"), (report.target, "bold cyan")))
     for loader_report in report.loaders.values():
         console.print()
-        console.print(_loader(loader_report))
+        console.print(_loader(loader_report), crop=False)  # code blocks keep their whole lines
     machine = host_findings(lr.findings for lr in report.loaders.values())
     if machine:
         console.print()
-        console.print(host_view(machine))
+        console.print(host_view(machine), crop=False)
     console.print()
     console.print(_verdict(report))
 
@@ -155,9 +155,10 @@ def finding_view(finding: Finding) -> Group:
         Text.assemble(("evidence  ", "dim"), evidence),
         Text.assemble(("fix       ", "dim"), finding.fix),
     ]
+    code = []
     if finding.snippet and not finding.settings_change:  # settings changes show in the verified fix instead
-        body.append(code_block(finding.snippet))
-    return Group(Text(""), head, Padding(Group(*body), (0, 0, 0, 4)))
+        code.append(code_block(finding.snippet, indent=4))
+    return Group(Text(""), head, Padding(Group(*body), (0, 0, 0, 4)), *code)
 
 
 def short_value(value: Any) -> str:
@@ -250,7 +251,7 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     if busy:
         lines.append(Padding(Text(busy.replace("this was", "these were"), style="dim"), (0, 0, 0, 4)))
     if v.helped and v.source != "lock-free":
-        lines.append(Padding(code_block(v.settings.snippet()), (0, 0, 0, 4)))
+        lines.append(code_block(v.settings.snippet(), indent=4))
     return Group(*lines)
 
 
@@ -267,9 +268,15 @@ def wait_per_batch(m: dict[str, Any]) -> str:
     return f"{mean:.1f} ms per batch on average{of_it}, median {median:.1f} ms"
 
 
-def code_block(snippet: str) -> Syntax:
-    """A snippet of Python as the reports show it."""
-    return Syntax(snippet, "python", theme="ansi_dark", background_color="default", word_wrap=True)
+def code_block(snippet: str, indent: int = 0) -> Text:
+    """A snippet of Python as the reports show it, `indent` spaces in: highlighted, and each line whole, never
+    wrapped or cut at the terminal's width, so that it pastes as it is written (a comment or an expression broken
+    over two lines is a SyntaxError). Printed with crop=False, and never inside a Padding (which cuts lines)."""
+    highlighted = Syntax(snippet, "python", theme="ansi_dark", background_color="default").highlight(snippet)
+    highlighted.rstrip()
+    text = Text("\n").join(Text(" " * indent) + line for line in highlighted.split("\n"))
+    text.no_wrap, text.overflow = True, "ignore"
+    return text
 
 
 def _verdict(report: Report) -> Text:

@@ -78,7 +78,7 @@ def render_run(run: dict[str, Any], console: Console) -> None:
     if not findings:
         console.print(Text("No problems found.", style="green"))
     for finding in findings:
-        console.print(_finding(finding))
+        console.print(_finding(finding), crop=False)  # code blocks keep their whole lines
 
 
 def local_time(text: str, seconds: bool = False) -> str:

@@ -25,11 +25,11 @@ def render(report: ScaleReport, console: Console) -> None:
     console.print(Text.assemble(("loaderdoctor scale ", "bold"), (report.target, "bold cyan"), nodes))
     for loader in report.loaders.values():
         console.print()
-        console.print(_loader(loader))
+        console.print(_loader(loader), crop=False)  # code blocks keep their whole lines
     machine = host_findings(lr.findings for lr in report.loaders.values())
     if machine:
         console.print()
-        console.print(host_view(machine))
+        console.print(host_view(machine), crop=False)
     console.print()
     console.print(_summary(report))
 

@@ -22,7 +22,7 @@ def render(report: TuneReport, console: Console) -> None:
     console.print(Text.assemble(("loaderdoctor tune ", "bold"), (report.target, "bold cyan")))
     for tuning in report.loaders.values():
         console.print()
-        console.print(_loader(tuning))
+        console.print(_loader(tuning), crop=False)  # code blocks keep their whole lines
 
 
 _STOPPED = {
@@ -116,9 +116,7 @@ def _choice(tuning: LoaderTuning) -> Group:
     if tuning.step_ms is not None and chosen.keeps_up:
         why += f"; the cheapest settings found that keep up with the {tuning.step_ms:.0f} ms step"
     headline = Text.assemble(("Chosen: ", "bold"), (chosen.settings.describe(), "bold green"), (f":{gain} ({why})", ""))
-    return Group(
-        _indented(headline), _indented(_limit(tuning)), Padding(code_block(chosen.settings.snippet()), (0, 0, 0, 4))
-    )
+    return Group(_indented(headline), _indented(_limit(tuning)), code_block(chosen.settings.snippet(), indent=4))
 
 
 BINDS_WORDS = {"loading-cpu": "loading's CPU binds", "loading-io": "loading's waits bind", "step": "the step binds"}
