@@ -35,7 +35,12 @@ class StoppedByUser(KeyboardInterrupt):
     code that expects one."""
 
     def __init__(self, partial: object = None) -> None:
-        super().__init__()
+        # Said in words where a notebook or a traceback shows it (an empty message told nothing).
+        super().__init__(
+            "stopped before the end: what was measured so far is this exception's `partial`"
+            if partial is not None
+            else "stopped before anything was measured"
+        )
         self.partial = partial
 
 

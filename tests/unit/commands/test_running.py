@@ -41,3 +41,9 @@ def test_nothing_is_kept_when_nothing_was_measured_or_history_is_off(kept_report
     with pytest.raises(StoppedByUser):
         running.kept("check", False, lambda: (_ for _ in ()).throw(StoppedByUser(Report("d", {"a": object()}))))
     assert kept_reports == []
+
+
+def test_a_stop_says_in_its_message_where_the_partial_report_is():
+    stop = StoppedByUser(Report("d", {}))
+    assert "partial" in str(stop) and stop.partial is not None and isinstance(stop, KeyboardInterrupt)
+    assert str(StoppedByUser()) == "stopped before anything was measured"
