@@ -4,6 +4,7 @@
 from loaderdoctor import startup as _startup  # noqa: F401
 from loaderdoctor._version import __version__ as __version__
 from loaderdoctor.check import check
+from loaderdoctor.commands.showing import show_report as show
 from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, UsageError
 from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch
 from loaderdoctor.guard.events import GuardEvent
@@ -39,6 +40,7 @@ __all__ = [
     "patch",
     "patched",
     "scale",
+    "show",
     "tune",
     "unpatch",
     "watch",

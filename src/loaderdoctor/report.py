@@ -165,6 +165,19 @@ class Report:
     def exit_status(self) -> int:
         return 1 if self.critical else 0
 
+    def __repr__(self) -> str:
+        """A line per loader, its main finding and its fix's verdict (a notebook shows this; the whole report is
+        `loaderdoctor.show(report)`), not the thousand lines of every batch's dataclass."""
+        lines = [f"<loaderdoctor {self.command} of {self.target!r}: {len(self.loaders)} loader(s)"]
+        for name, lr in self.loaders.items():
+            main = f"{lr.findings[0].severity} {lr.findings[0].rule}" if lr.findings else "no problems found"
+            v = lr.verification
+            fix = ""
+            if v is not None:
+                fix = f"; fix {v.verdict}" + (f" {v.speedup:.2f}x" if v.speedup and not v.unsteady else "")
+            lines.append(f"  {name!r}: {main}{fix}")
+        return "\n".join(lines) + "\n  (loaderdoctor.show(report) prints it whole)>"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 
+from loaderdoctor.errors import UsageError
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render.kinds import kind_of, report_page
+from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.saved import AnyReport, for_console, load_report
 
 
@@ -58,3 +62,20 @@ def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console
 def render_console(report: AnyReport, out: Console) -> None:
     """The report on the console, as its kind shows it (render/kinds.py)."""
     kind_of(report).console(report, out)
+
+
+def show_report(report: AnyReport, *, file: TextIO | None = None, html_path: str | Path | None = None) -> None:
+    """Print a report of check, tune or scale as the command line shows it (from its plain data, control
+    characters made visible), to `file` (default: standard output); with `html_path`, also write its page there.
+    The public `loaderdoctor.show`: a notebook's readable view of what check() or tune() returned."""
+    kind_of(report)  # a TypeError that says so for anything else
+    path = None
+    if html_path is not None:
+        try:
+            path = html_file(str(html_path))
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"html_path {error}", hint="give a file in a folder that exists") from None
+    shown = as_saved(report)
+    if path is not None:
+        html.write_page(report_page(shown), path)
+    render_console(for_console(shown), SafeConsole(highlight=False, file=file or sys.stdout))
