@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned: no other requirement may pull a different (multi-GB CUDA) build.
 	$(BIN)/pip install --quiet -c constraints.txt torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[threads,test,lightning]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[threads,test,lightning,huggingface,trackers]'
 	touch $@
 
 # The demo's findings are its point: exit status 1 ("a critical finding") is the expected result here.
