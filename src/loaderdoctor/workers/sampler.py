@@ -218,11 +218,19 @@ class StackDumpHook:
         self.dump_dir = dump_dir
 
     def __call__(self, worker_id: int) -> None:
-        path = Path(self.dump_dir) / f"{os.getpid()}.txt"
+        path = _dump_path(self.dump_dir, os.getpid())
+        pending = path.with_suffix(".starting")
         # The file object must outlive this call: faulthandler writes to its descriptor from a signal handler.
         global _dump_file
-        _dump_file = open(path, "w")  # noqa: SIM115
+        _dump_file = open(pending, "w")  # noqa: SIM115
         faulthandler.register(STACK_SIGNAL, file=_dump_file, all_threads=True)
+        # The file takes its name once the handler is in place: a worker that has no file yet (a spawned one
+        # still importing, or dying before its hook ran) would be ended by STACK_SIGNAL's default action.
+        os.replace(pending, path)
+
+
+def _dump_path(dump_dir: str, pid: int) -> Path:
+    return Path(dump_dir) / f"{pid}.txt"
 
 
 _dump_file = None
@@ -260,12 +268,14 @@ def kill_workers(pids: list[int]) -> None:
 
 def dump_worker_stacks(pids: list[int], dump_dir: str, wait_s: float = _DUMP_WAIT_S) -> list[WorkerStack]:
     """Ask each worker for its stacks (STACK_SIGNAL, see StackDumpHook) and read them back."""
-    paths = {pid: Path(dump_dir) / f"{pid}.txt" for pid in pids}
-    for pid in pids:
+    # Only a worker whose hook has named its file can take the signal (see StackDumpHook); the others have no
+    # stack to give, and the signal would end them, hiding why they had not started.
+    paths = {pid: path for pid in pids if (path := _dump_path(dump_dir, pid)).exists()}
+    for pid in list(paths):
         try:
             os.kill(pid, STACK_SIGNAL)
         except OSError:
-            continue
+            del paths[pid]
     # faulthandler writes the whole dump at once from its signal handler: wait until every file has text.
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and not all(p.exists() and p.stat().st_size for p in paths.values()):

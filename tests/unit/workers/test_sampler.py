@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import subprocess
+import sys
 import threading
+import time
 import typing
 
+import pytest
 import torch
 import torch.utils.data.dataloader
 
@@ -15,6 +19,7 @@ from loaderdoctor.plain.usercode import is_user_frame
 from loaderdoctor.recording.record import StackFrame, WorkerSample
 from loaderdoctor.workers.sampler import (
     WorkerSampler,
+    dump_worker_stacks,
     parse_faulthandler,
     stuck_frame,
     thread_idle,
@@ -235,3 +240,38 @@ def test_thread_idle_tells_a_busy_thread_from_a_blocked_one():
     finally:
         stop.set()
         blocked.join()
+
+
+_HOOKED_CHILD = """
+import sys, time
+from loaderdoctor.workers.sampler import StackDumpHook
+if sys.argv[2] == "hook":
+    StackDumpHook(sys.argv[1])(0)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.workers
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hooked", [True, False])
+def test_only_a_worker_whose_hook_is_in_place_is_asked_for_its_stacks(tmp_path, hooked):
+    # A spawned worker that is still importing (or dying of an import error) has no handler for the stack signal:
+    # its default action would end it, and the crash would be told as "ended by SIGUSR1", its cause lost.
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOOKED_CHILD, str(tmp_path), "hook" if hooked else "none"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        (stack,) = dump_worker_stacks([child.pid], str(tmp_path), wait_s=5)
+        time.sleep(0.2)
+        assert child.poll() is None  # alive either way
+        if hooked:
+            assert any(frame.function == "<module>" for frame in stack.frames)
+        else:
+            assert stack.frames == []
+    finally:
+        child.kill()
+        child.wait()
