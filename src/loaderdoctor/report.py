@@ -20,6 +20,7 @@ from loaderdoctor.recording.rates import (
     epoch_overhead_s,
     first_startup_s,
     interval_s,
+    rate_range,
     training_rate,
 )
 from loaderdoctor.recording.record import (
@@ -41,6 +42,7 @@ def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
     steady_waits = [b.wait_s for b in steady_batches(rec)]
     uss = worker_uss_after_startup(rec)
     rate = training_rate(rec)
+    spread = rate_range(rec)
     wf = wait_fraction(rec)
     batch_bytes = mean_batch_bytes(rec)
     cpu = loading_cpu(rec)
@@ -50,6 +52,8 @@ def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
     share = share_of_limit(rate, limit)
     return {
         "batches_per_s": rounded(rate, 3),
+        # the run's own spread: its rate over three stretches of its steady batches (history's CI gate reads it)
+        "batches_per_s_range": None if spread is None else [round(spread[0], 3), round(spread[1], 3)],
         "samples_per_s": None if rate is None or per_batch is None else round(rate * per_batch, 3),
         "wait_fraction": rounded(wf, 4),
         "interval_ms": _ms(interval_s(rec)),
@@ -156,6 +160,7 @@ class Report:
     target: str
     loaders: dict[str, LoaderReport]
     command: str = "check"
+    # _repr_html_ (a notebook's view) and __str__ (the console text) are lent by commands/showing.py: render/ is above
 
     @property
     def critical(self) -> bool:

@@ -97,6 +97,26 @@ def training_rate(rec: Recording, window: Window | None = None) -> float | None:
     return per_epoch / (epoch_overhead_s(rec) + per_epoch * interval)
 
 
+def rate_range(rec: Recording, parts: int = 3) -> tuple[float, float] | None:
+    """The lowest and highest training rate over `parts` consecutive stretches of the steady batches (equal
+    counts, each read as training_rate reads the whole): how much the run's own rate moved while it was measured.
+    None with fewer than 4 steady batches a stretch."""
+    steady = steady_batches(rec)
+    size = len(steady) // parts
+    if size < 4:
+        return None
+    per_epoch = epoch_batches(rec)
+    overhead = epoch_overhead_s(rec) if per_epoch is not None else 0.0
+    rates = []
+    for part in range(parts):
+        stretch = steady[part * size : (part + 1) * size]
+        interval = sum(b.wait_s + b.step_s for b in stretch) / size
+        if interval <= 0:
+            return None
+        rates.append(1.0 / interval if per_epoch is None else per_epoch / (overhead + per_epoch * interval))
+    return min(rates), max(rates)
+
+
 def epoch_rates(rec: Recording) -> dict[int, float]:
     """Each epoch's batches per second in the training loop: its batches over its time from iter() to its end,
     counted as the loop spent it (the first batch from iter(), every other batch's wait, every step, the end), so

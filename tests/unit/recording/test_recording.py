@@ -213,6 +213,7 @@ def test_measurements_of_a_small_recording():
     m = measurements(_small())
     assert m == {
         "batches_per_s": 14.706,  # an epoch of 5 batches in 0.34 s: its first batch 0.1 s, then 50 ms each
+        "batches_per_s_range": None,  # too few steady batches to read three stretches of them
         "samples_per_s": 117.647,
         "wait_fraction": 0.2,
         "interval_ms": 50.0,
@@ -431,3 +432,14 @@ def test_an_epochs_rate_counts_the_loops_time_not_a_pause_between_windows():
     rec.epochs[1].wall_s += 30.0  # a measuring session paused 30 s within epoch 1
     # 0.2 s to the first batch, nine waits of 10 ms, ten steps of 40 ms, 50 ms to end: 10 batches in 0.74 s
     assert rates.epoch_rates(rec) == pytest.approx({0: 10 / 0.74, 1: 10 / 0.74})
+
+
+def test_the_rate_range_is_the_slowest_and_fastest_of_three_stretches_of_steady_batches():
+    rec = make_recording(epochs=1, batches_per_epoch=31, step_s=0.0, wait_s=0.01, first_batch_s=0.01)
+    steady = steady_batches(rec)
+    for batch in steady[2 * (len(steady) // 3) :]:  # the last third of the steady batches twice as slow
+        batch.wait_s = 0.02
+    low, high = rates.rate_range(rec)
+    assert high == pytest.approx(100.0, rel=0.01) and low == pytest.approx(50.0, rel=0.01)
+    assert low < training_rate(rec) < high
+    assert rates.rate_range(make_recording(epochs=1, batches_per_epoch=12)) is None  # under 4 a stretch
