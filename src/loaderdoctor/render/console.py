@@ -16,6 +16,7 @@ from loaderdoctor.loader.settings import Settings
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.limit import limit_words
 from loaderdoctor.recording.record import NOTABLE_DESCHEDULED_WAIT_S, OtherProcess
+from loaderdoctor.render.evidence import evidence_words
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import NO_RATE, Finding, LoaderReport, Report, Verification, measurements
 
@@ -150,9 +151,8 @@ def finding_view(finding: Finding) -> Group:
         (f"{finding.rule:<21}", "bold"),
         finding.title,
     )
-    evidence = ", ".join(f"{k}={short_value(v)}" for k, v in finding.evidence.items())
     body: list[Any] = [
-        Text.assemble(("evidence  ", "dim"), evidence),
+        Text.assemble(("evidence  ", "dim"), evidence_words(finding.evidence)),  # in words; key=value in the JSON
         Text.assemble(("fix       ", "dim"), finding.fix),
     ]
     code = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.padding import Padding
@@ -15,46 +16,80 @@ from rich.text import Text
 from loaderdoctor.history.records import parse_iso
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.plain.words import plural
+from loaderdoctor.render.columns import Justify, cell_width, column_widths, cut, line, line_width
 from loaderdoctor.render.console import finding_view, wait_per_batch
 from loaderdoctor.report import Finding
 
 WHERE_RUNS_COME_FROM = "every run of loaderdoctor watch, check, tune and scale is kept there"
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-_FINDING_CHARS = 60
 _DATASET_WORDS = ("name", "len", "batch_size", "batches_per_epoch")  # the keys of RunRecord.dataset said in words
 
 
 def render_runs(runs: list[dict[str, Any]], where: str, name: str | None, console: Console) -> None:
-    """Print the runs (newest first) as a table, one line each; or, with none, where the history is."""
+    """Print the runs (newest first), laid out for the console's width with no word broken: a table of one line
+    per run where the main finding still has room (120 columns and more, as a rule); else each run's main finding
+    on a line of its own under its row (80 columns); else, where even a row does not fit, a record per run."""
     if not runs:
         named = f" named '{name}'" if name is not None else ""
         console.print(f"No runs{named} in the history at {escape(where)} yet: {WHERE_RUNS_COME_FROM}.", soft_wrap=True)
         return
-    table = Table(box=None, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
-    table.add_column("when", no_wrap=True)
-    table.add_column("id", justify="right", no_wrap=True)
-    table.add_column("name", style="bold", overflow="fold")
-    table.add_column("kind", no_wrap=True)
-    table.add_column("settings", overflow="fold")
-    table.add_column("batches/s", justify="right", no_wrap=True)
-    table.add_column("waiting", justify="right", no_wrap=True)
-    table.add_column("main finding", overflow="fold", ratio=1)
-    for run in runs:
-        measured = run.get("measurements") or {}
-        table.add_row(
-            local_time(run["started_at"]),
-            str(run["id"]),
-            escape(run["name"]),
-            run["kind"],
-            _settings(run.get("settings") or {}, brief=True),
-            _number(measured.get("batches_per_s"), "{:.1f}"),
-            _percent(measured.get("wait_fraction")),
-            _main_finding(run.get("findings") or []),
-        )
-    console.print(table)
+    rows = [_row(run) for run in runs]
+    widths = column_widths([list(_HEADERS), *rows])
+    room = console.width - line_width(widths, _GAP) - _GAP
+    longest = max(cell_width(_main_finding(run.get("findings") or [], console.width)) for run in runs)
+    if room >= min(_WIDE_FINDING_MIN, longest):
+        console.print(line([*_HEADERS, "main finding"], [*widths, room], _JUSTIFY_WIDE, _GAP), style="bold")
+        for run, row in zip(runs, rows, strict=True):
+            finding = _main_finding(run.get("findings") or [], room)
+            console.print(line([*_styled(row), finding], [*widths, room], _JUSTIFY_WIDE, _GAP))
+    elif line_width(widths, _GAP) <= console.width:
+        console.print(line(list(_HEADERS), widths, _JUSTIFY, _GAP), style="bold")
+        console.print(Text(" " * _INDENT + "main finding", style="bold", no_wrap=True))
+        for run, row in zip(runs, rows, strict=True):
+            console.print(line(_styled(row), widths, _JUSTIFY, _GAP))
+            console.print(_finding_line(run, console.width))
+    else:
+        for run, (when, run_id, run_name, kind, settings, rate, waiting) in zip(runs, rows, strict=True):
+            console.print(Text.assemble(f"{run_id}  ", (run_name, "bold"), f"  {kind}, {when}"))
+            figures = f"{settings}: {rate} batches/s, waiting {waiting}"
+            console.print(Text(" " * _INDENT + cut(figures, console.width - _INDENT), no_wrap=True))
+            console.print(_finding_line(run, console.width))
     console.print(
         f"[dim]{plural(len(runs), 'run')}, newest first; `loaderdoctor history show ID` shows one in detail[/]"
     )
+
+
+_HEADERS = ("when", "id", "name", "kind", "settings", "batches/s", "waiting")
+_JUSTIFY: tuple[Justify, ...] = ("left", "right", "left", "left", "left", "right", "right")
+_JUSTIFY_WIDE: tuple[Justify, ...] = (*_JUSTIFY, "left")
+# The table keeps a main finding in its row where this many columns are left for it; else it takes a line.
+_WIDE_FINDING_MIN = 40
+_GAP = 1  # between the table's columns
+_INDENT = 4
+
+
+def _row(run: dict[str, Any]) -> list[str]:
+    """A run's cells but its main finding, in words, each on one line: when, id, name, kind, settings, rate, wait."""
+    measured = run.get("measurements") or {}
+    return [
+        local_time(run["started_at"]),
+        str(run["id"]),
+        " ".join(str(run["name"]).split()),  # a name's newlines or tabs would break the row
+        run["kind"],
+        settings_words(run.get("settings") or {}, brief=True),
+        _number(measured.get("batches_per_s"), "{:.1f}"),
+        _percent(measured.get("wait_fraction")),
+    ]
+
+
+def _styled(row: list[str]) -> list[str | Text]:
+    """A row's cells with the name in bold."""
+    return [Text(cell, style="bold") if index == 2 else cell for index, cell in enumerate(row)]
+
+
+def _finding_line(run: dict[str, Any], width: int) -> Text:
+    """A run's main finding on a line of its own, indented under its row."""
+    return Text(" " * _INDENT, no_wrap=True).append_text(_main_finding(run.get("findings") or [], width - _INDENT))
 
 
 def render_run(run: dict[str, Any], console: Console) -> None:
@@ -233,17 +268,15 @@ def _finding(data: dict[str, Any]) -> RenderableType:
     return Group(Text(""), Text(short_words(data))) if finding is None else finding_view(finding)
 
 
-def _main_finding(findings: list[dict[str, Any]]) -> str:
+def _main_finding(findings: list[dict[str, Any]], width: int) -> Text:
+    """The first finding as 'rule: title (+N more)' in at most `width` columns, in its severity's colour; the title
+    cut at a word with an ellipsis, the rule and the count of the others whole."""
     if not findings:
-        return "[green]none[/]"
+        return Text("none", style="green")
     main = findings[0]
-    text = f"{main.get('rule', '?')}: {main.get('title', '')}"
-    if len(findings) > 1:
-        text += f" (+{len(findings) - 1})"
-    if len(text) > _FINDING_CHARS:
-        text = text[: _FINDING_CHARS - 1].rstrip() + "…"
-    style = _SEVERITY_STYLE.get(main.get("severity", ""), "")
-    return f"[{style}]{escape(text)}[/]" if style else escape(text)
+    more = f" (+{len(findings) - 1})" if len(findings) > 1 else ""
+    text = cut(f"{main.get('rule', '?')}: {main.get('title', '')}", width - cell_len(more)) + more
+    return Text(" ".join(text.split()), style=_SEVERITY_STYLE.get(main.get("severity", ""), ""))
 
 
 def _number(value: Any, form: str) -> str:

@@ -7,10 +7,10 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from loaderdoctor.recording.limit import reaches_limit
+from loaderdoctor.render.columns import Justify, column_widths, line, line_width
 from loaderdoctor.render.console import finding_view, host_findings, host_view, loader_findings, shown_findings
 from loaderdoctor.render.plan import plan_view
 from loaderdoctor.report import Verification
@@ -25,7 +25,7 @@ def render(report: ScaleReport, console: Console) -> None:
     console.print(Text.assemble(("loaderdoctor scale ", "bold"), (report.target, "bold cyan"), nodes))
     for loader in report.loaders.values():
         console.print()
-        console.print(_loader(loader), crop=False)  # code blocks keep their whole lines
+        console.print(_loader(loader, console.width), crop=False)  # code blocks keep their whole lines
     machine = host_findings(lr.findings for lr in report.loaders.values())
     if machine:
         console.print()
@@ -34,8 +34,8 @@ def render(report: ScaleReport, console: Console) -> None:
     console.print(_summary(report))
 
 
-def _loader(lr: ScaleLoaderReport) -> Group:
-    parts: list[Any] = [Text(f"loader '{lr.name}'", style="bold underline"), _runs(lr.runs)]
+def _loader(lr: ScaleLoaderReport, width: int) -> Group:
+    parts: list[Any] = [Text(f"loader '{lr.name}'", style="bold underline"), _runs(lr.runs, width)]
     for run in lr.runs:
         for failure in run.failures:
             parts.append(Text(f"  ✖ {run.ranks} ranks: {failure}", style="bold red"))
@@ -52,30 +52,46 @@ def _loader(lr: ScaleLoaderReport) -> Group:
     return Group(*parts)
 
 
-def _runs(runs: list[ScaleRun]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 2))
-    table.add_column("ranks", justify="right")
-    table.add_column("samples/s", justify="right")
-    table.add_column("efficiency", justify="right")
-    table.add_column("per rank: samples/s (waiting on data; share of the rank's limit, its cores shared)")
-    base = runs[0].base_ranks if runs else 1
+def _runs(runs: list[ScaleRun], width: int) -> Group:
+    """A line per run with its ranks side by side where they fit (120 columns, as a rule); else a line per rank
+    under its run's figures (80 columns). Each figure whole, never wrapped."""
+    rows = []
     for run in runs:
         total = "-" if run.samples_per_s is None else f"{run.samples_per_s:.1f}"
-        if run.efficiency is None:
-            efficiency = "-"
-        else:
+        efficiency: str | Text = "-"
+        if run.efficiency is not None:
             style = "bold red" if run.efficiency < _POOR_EFFICIENCY else "green"
-            efficiency = f"[{style}]{run.efficiency:.2f}[/]"
-        ranks = "  ".join(_rank_cell(f) for f in run.per_rank)
-        table.add_row(str(run.ranks), total, efficiency, ranks)
+            efficiency = Text(f"{run.efficiency:.2f}", style=style)
+        rows.append([str(run.ranks), total, efficiency, [_rank_cell(f) for f in run.per_rank]])
+    side_by_side = [[*row[:3], Text("  ").join(row[3])] for row in rows]
+    widths = column_widths([list(_HEADERS), *side_by_side])
+    lines: list[Any] = [line(_HEADERS, widths, _JUSTIFY, style="bold")]
+    if line_width(widths) <= width:
+        lines.extend(line(row, widths, _JUSTIFY) for row in side_by_side)
+    else:
+        one_each = [[*row[:3], rank] for row in rows for rank in row[3][:1]]
+        widths = column_widths([list(_HEADERS), *one_each])
+        lines = [line(_HEADERS, widths, _JUSTIFY, style="bold")]
+        for row in rows:
+            lines.append(line([*row[:3], row[3][0] if row[3] else ""], widths, _JUSTIFY))
+            lines.extend(line(["", "", "", rank], widths, _JUSTIFY) for rank in row[3][1:])
+    notes = [_PER_RANK]
+    base = runs[0].base_ranks if runs else 1
     if base != 1:
-        table.caption = f"efficiency against {base} ranks: the smallest run measured"
-    return table
+        notes.append(f"efficiency against {base} ranks: the smallest run measured")
+    lines.extend(Padding(Text(note, style="dim"), (0, 0, 0, 2)) for note in notes)
+    return Group(*lines)
 
 
-def _rank_cell(figures: RankFigures) -> str:
-    words = rank_words(figures)
-    return f"[red]{words}[/]" if figures.samples_per_s is None else words
+_HEADERS = ("ranks", "samples/s", "efficiency", "per rank")
+_JUSTIFY: tuple[Justify, ...] = ("right", "right", "right", "left")
+_PER_RANK = (
+    "per rank: samples/s (the share of the time it waited on data; its share of the rank's limit, its cores shared)"
+)
+
+
+def _rank_cell(figures: RankFigures) -> Text:
+    return Text(rank_words(figures), style="red" if figures.samples_per_s is None else "")
 
 
 def rank_words(figures: RankFigures) -> str:

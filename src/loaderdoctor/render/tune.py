@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console, Group
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.limit import reaches_limit
+from loaderdoctor.render.columns import GAP, Justify, column_widths, line, line_width
 from loaderdoctor.render.console import code_block
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.trial import Trial
@@ -22,7 +24,7 @@ def render(report: TuneReport, console: Console) -> None:
     console.print(Text.assemble(("loaderdoctor tune ", "bold"), (report.target, "bold cyan")))
     for tuning in report.loaders.values():
         console.print()
-        console.print(_loader(tuning), crop=False)  # code blocks keep their whole lines
+        console.print(_loader(tuning, console.width), crop=False)  # code blocks keep their whole lines
 
 
 _STOPPED = {
@@ -31,7 +33,7 @@ _STOPPED = {
 }
 
 
-def _loader(tuning: LoaderTuning) -> Group:
+def _loader(tuning: LoaderTuning, width: int) -> Group:
     limits = tuning.limits
     memory_gb = limits.memory_bytes / 2**30
     step = "no training step" if tuning.step_ms is None else f"a training step of {tuning.step_ms:.0f} ms"
@@ -41,28 +43,47 @@ def _loader(tuning: LoaderTuning) -> Group:
         + _STOPPED.get(tuning.stopped, ""),
         style="dim",
     )
-    parts = [Text(f"loader '{tuning.name}'", style="bold underline"), _indented(context), _table(tuning)]
+    parts = [Text(f"loader '{tuning.name}'", style="bold underline"), _indented(context), _table(tuning, width)]
     parts.extend(_notes(tuning))
     parts.append(_choice(tuning))
     return Group(*parts)
 
 
-def _table(tuning: LoaderTuning) -> Table:
-    """One row per trial, narrow enough for 80 columns: the settings wrap, the figures and verdicts do not, and
-    the trials' notes follow the table on lines of their own."""
-    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("settings", ratio=1, min_width=16)
-    table.add_column("batches/s", justify="right", no_wrap=True)
-    table.add_column("speedup", justify="right", no_wrap=True)
-    table.add_column("memory", justify="right", no_wrap=True)
-    table.add_column("runs", justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    for trial in tuning.trials:
-        cells = trial_cells(trial, tuning)
-        verdict = Text(cells.pop(), style=_VERDICT_STYLE.get(trial.verdict, ""))
-        table.add_row(*cells, verdict, style="bold green" if trial is tuning.chosen else None)
-    return table
+def _table(tuning: LoaderTuning, width: int) -> Group:
+    """One row per trial where the settings fit beside the figures (120 columns, as a rule); else two lines per
+    trial, the figures over the settings (80 columns). The trials' notes follow on lines of their own."""
+    rows = [trial_cells(trial, tuning) for trial in tuning.trials]
+    widths = column_widths([list(_HEADERS), *rows])
+    lines: list[Any] = []
+    if line_width(widths) <= width:
+        lines.append(line(_HEADERS, widths, _JUSTIFY, style="bold"))
+        for trial, cells in zip(tuning.trials, rows, strict=True):
+            lines.append(line(_styled(trial, cells, tuning), widths, _JUSTIFY, style=_row_style(trial, tuning)))
+        return Group(*lines)
+    figures = [0, 2, 3, 4, 5, 6]  # the columns but the settings, which take the next line
+    narrow = [widths[i] for i in figures]
+    justify = [_JUSTIFY[i] for i in figures]
+    lines.append(line([_HEADERS[i] for i in figures], narrow, justify, style="bold"))
+    under = narrow[0] + GAP  # the settings start under the figures' first column
+    lines.append(Text(" " * under + _HEADERS[1], style="bold"))
+    for trial, cells in zip(tuning.trials, rows, strict=True):
+        style = _row_style(trial, tuning)
+        lines.append(line([_styled(trial, cells, tuning)[i] for i in figures], narrow, justify, style=style))
+        lines.append(Padding(Text(cells[1], style=style or ""), (0, 0, 0, under)))
+    return Group(*lines)
+
+
+_HEADERS = ("#", "settings", "batches/s", "speedup", "memory", "runs", "verdict")
+_JUSTIFY: tuple[Justify, ...] = ("right", "left", "right", "right", "right", "right", "left")
+
+
+def _row_style(trial: Trial, tuning: LoaderTuning) -> str | None:
+    return "bold green" if trial is tuning.chosen else None
+
+
+def _styled(trial: Trial, cells: list[str], tuning: LoaderTuning) -> list[str | Text]:
+    """A trial's cells with its verdict in the verdict's colour."""
+    return [*cells[:-1], Text(cells[-1], style=_VERDICT_STYLE.get(trial.verdict, ""))]
 
 
 def trial_cells(trial: Trial, tuning: LoaderTuning) -> list[str]:

@@ -434,7 +434,7 @@ def test_history_show_prints_one_run_in_detail(capsys, saved_runs):
     assert "settings no workers (main process)" in words
     assert "rate 40.1 batches/s, 1284 samples/s" in words and "waiting 62% of the time" in words
     assert "critical input-bound training waits on loading 62% of the time" in words
-    assert "evidence wait_fraction=0.62" in words and "fix use 8 workers" in words
+    assert "evidence waiting for data 62%" in words and "fix use 8 workers" in words  # in words, not key=value
     assert "DataLoader(dataset, num_workers=8)" in words
 
 
