@@ -3,9 +3,9 @@
 # First: Ctrl-C while the command line imports torch is held until the imports are done (see startup.py).
 from loaderdoctor import startup as _startup  # noqa: F401
 from loaderdoctor._version import __version__ as __version__
-from loaderdoctor.check import check
+from loaderdoctor.commands.public import check, scale, tune  # each shows its progress (commands/public.py)
 from loaderdoctor.commands.showing import show_report as show
-from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, UsageError
+from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, StoppedByUser, UsageError
 from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch
 from loaderdoctor.guard.events import GuardEvent
 from loaderdoctor.loader.settings import Settings
@@ -13,8 +13,8 @@ from loaderdoctor.loader.threads import ThreadLoader
 from loaderdoctor.loader.workload import Workload
 from loaderdoctor.report import Finding, Report, Verification
 from loaderdoctor.scale.report import ScaleReport
-from loaderdoctor.scale.run import scale
-from loaderdoctor.tune import TuneReport, tune
+from loaderdoctor.trackers import log_to
+from loaderdoctor.tune import TuneReport
 from loaderdoctor.watch import WatchedLoader, watch
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Report",
     "ScaleReport",
     "Settings",
+    "StoppedByUser",
     "ThreadLoader",
     "TuneReport",
     "UsageError",
@@ -37,6 +38,7 @@ __all__ = [
     "check",
     "guard",
     "is_patched",
+    "log_to",
     "patch",
     "patched",
     "scale",

@@ -30,18 +30,57 @@ class LoaderGaveUp(LoaderDoctorError, RuntimeError):
 
 
 class StoppedByUser(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM, see Terminated) during a measurement, with what was measured so far in `partial` (a
-    Recording, a LoaderReport or a Report, depending on where it was caught last); still a KeyboardInterrupt for
-    code that expects one."""
+    """Ctrl-C (or SIGTERM, see Terminated) during a measurement, with what was measured so far in `report` (a
+    Report of check, a TuneReport, or, caught lower down, a LoaderReport, a LoaderTuning or a Recording; None when
+    nothing was); `partial` is the same object under its older name. Still a KeyboardInterrupt for code that
+    expects one. In a notebook: `except StoppedByUser as e: loaderdoctor.show(e.report)`."""
 
-    def __init__(self, partial: object = None) -> None:
-        # Said in words where a notebook or a traceback shows it (an empty message told nothing).
-        super().__init__(
-            "stopped before the end: what was measured so far is this exception's `partial`"
-            if partial is not None
-            else "stopped before anything was measured"
-        )
-        self.partial = partial
+    def __init__(self, report: object = None) -> None:
+        # Said in words where a notebook or a traceback shows it: what was stopped, and where its report is.
+        super().__init__(_stopped_words(report))
+        self.report = report
+
+    @property
+    def partial(self) -> object:
+        """The partial report: `report`'s older name."""
+        return self.report
+
+    def __reduce__(self) -> tuple[type, tuple[object]]:
+        return type(self), (self.report,)  # pickled with its report, not its message in its place
+
+
+# What a partial report is of, by its class's name (those classes live in the layers above this one), and whether
+# loaderdoctor.show() prints it (a report of check, tune or scale).
+_STOPPED_KINDS = {
+    "Report": ("check", True),
+    "TuneReport": ("tune", True),
+    "ScaleReport": ("scale", True),
+    "LoaderReport": ("check of one loader", False),
+    "LoaderTuning": ("tune of one loader", False),
+    "Recording": ("measurement of one loader", False),
+}
+
+
+def _stopped_words(report: object) -> str:
+    """StoppedByUser's message: what was stopped (the command, its target, the loaders it had measured) and that
+    `e.report` holds what was measured."""
+    if report is None:
+        return "stopped before anything was measured"
+    kind, shown = _STOPPED_KINDS.get(type(report).__name__, (type(report).__name__, False))
+    command = getattr(report, "command", None)  # a check's Report says "run" when it is a watched script's
+    kind = command if shown and isinstance(command, str) else kind
+    target = getattr(report, "target", None) or getattr(report, "name", None)
+    what = f"{kind} of {target!r}" if isinstance(target, str) else kind
+    loaders = getattr(report, "loaders", None)
+    measured = ""
+    if isinstance(loaders, dict):
+        names = ", ".join(repr(name) for name in list(loaders)[:3]) + (", ..." if len(loaders) > 3 else "")
+        measured = f" ({names} measured)" if loaders else " (no loader measured yet)"
+    show = "; loaderdoctor.show(e.report) prints it" if shown else ""
+    return (
+        f"{what} stopped before the end{measured}: the partial report is this exception's `report` (`except "
+        f"StoppedByUser as e: e.report`; `e.partial` is the same){show}"
+    )
 
 
 class Terminated(KeyboardInterrupt):

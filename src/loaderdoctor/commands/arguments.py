@@ -7,6 +7,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from loaderdoctor.trackers import TRACKERS, check_tracker
+
 TARGET_HELP = (
     "what to {verb}: 'demo' (default), 'scenario:NAME', 'pkg.module:function' or 'path/to/file.py:function'; "
     "the function takes no arguments and returns a DataLoader, a dict of them, or a loaderdoctor.Workload"
@@ -41,11 +43,28 @@ def add_step_arg(parser: argparse.ArgumentParser, then: str = "") -> None:
 
 
 def add_history_arg(parser: argparse.ArgumentParser) -> None:
-    """--no-history: do not keep this run in the history (see `loaderdoctor history`)."""
+    """Where a run is kept besides the report shown: --no-history, not in the history (see `loaderdoctor
+    history`); and --log-to TRACKER, also in an experiment tracker (check, tune, scale and run take both)."""
     parser.add_argument(
         "--no-history",
         action="store_true",
         help="do not keep this run in the history ($LOADERDOCTOR_HOME/history.sqlite3)",
+    )
+    add_log_to_arg(parser)
+
+
+def add_log_to_arg(parser: argparse.ArgumentParser) -> None:
+    """--log-to TRACKER (repeatable): also log the findings, main figures and HTML page to an experiment tracker.
+    A tracker not installed is refused as the arguments are read (exit status 2), before anything runs."""
+    parser.add_argument(
+        "--log-to",
+        action="append",
+        default=[],
+        type=check_tracker,  # a UsageError of its own, not argparse's: it names the extra to install
+        metavar="TRACKER",
+        help=f"also log the findings, main figures and HTML page to {', '.join(TRACKERS)} (repeatable; the "
+        "trackers extra: pip install 'loaderdoctor[trackers]'); W&B and MLflow are configured by their own "
+        "environment variables (WANDB_PROJECT, MLFLOW_TRACKING_URI...), TensorBoard writes to ./runs/loaderdoctor",
     )
 
 

@@ -77,4 +77,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         err,
         report_type=Report,
         stopped="what was measured before {by} (no fix verified for the loader interrupted)",
+        budget_s=args.budget,
     )

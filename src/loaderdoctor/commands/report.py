@@ -1,5 +1,6 @@
 """`loaderdoctor report SOURCE`: show again a report saved with --json, or a run of the history (an id or
-`latest`), on the console, as JSON, or as an HTML page with --html."""
+`latest`), on the console, as JSON, or as an HTML page with --html; a saved report logged to a tracker with
+--log-to."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from loaderdoctor.commands.arguments import add_json_arg
+from loaderdoctor.commands.arguments import add_json_arg, add_log_to_arg
 from loaderdoctor.commands.history import SCHEMA as HISTORY_SCHEMA
 from loaderdoctor.commands.history import find_run
 from loaderdoctor.commands.showing import add_html_arg, show
+from loaderdoctor.errors import UsageError
 from loaderdoctor.history.store import load_runs
 from loaderdoctor.render import history as history_render
 from loaderdoctor.render import html
@@ -37,6 +39,7 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("source", metavar="SOURCE", help="a saved --json report, a history run id, or 'latest'")
     add_json_arg(parser, "of the report, or loaderdoctor.history/1 for a run")
     add_html_arg(parser)
+    add_log_to_arg(parser)
 
 
 def is_history_run(source: str) -> bool:
@@ -49,6 +52,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         report = read_report(Path(args.source))
         show(report, args, out, err)
         return 0
+    if args.log_to:
+        raise UsageError(
+            "--log-to logs a saved report (check, tune, scale or run), not a run of the history",
+            hint="save the report with --json, or give --log-to to the command that measures it",
+        )
     record = find_run(args.source).to_dict()
     if args.html is not None:
         earlier = [r.to_dict() for r in load_runs(name=record["name"], limit=TREND_RUNS)]

@@ -1,6 +1,7 @@
 """How check, tune and scale run from the command line: live progress on stderr, the run kept in the history, the
-report shown, and on Ctrl-C or SIGTERM what was measured so far, shown and kept (every child ended, every
-temporary folder removed), with the shell's status for a command ended that way."""
+report shown (and logged to the trackers of --log-to), and on Ctrl-C or SIGTERM what was measured so far, shown
+and kept (every child ended, every temporary folder removed), with the shell's status for a command ended that
+way."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from typing import Any
 
 from rich.console import Console
 
-from loaderdoctor.errors import StoppedByUser, Terminated
+from loaderdoctor.errors import LoaderDoctorError, StoppedByUser, Terminated
 from loaderdoctor.history.records import now_iso
 from loaderdoctor.history.reports import AnyReport, keep_report
 from loaderdoctor.host.snapshot import take_snapshot
 from loaderdoctor.host.tempfolders import remove_made
 from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.tap.signals import SignalRaises
+from loaderdoctor.trackers import log_to
 
 INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
 TERMINATED = 128 + signal.SIGTERM  # and by SIGTERM: 143
@@ -29,6 +31,7 @@ def measure_and_show(
     *,
     report_type: type,
     stopped: str,
+    budget_s: float | None = None,
 ) -> int:
     """Run `measure` (given the live progress) and `show` its report: its exit status. Ctrl-C or SIGTERM stops
     it: `stopped` on stderr ("{by}" in it says which), then the partial report of `report_type` the measurement
@@ -39,7 +42,7 @@ def measure_and_show(
     term.install()
     try:
         try:
-            with LiveProgress(err) as live:
+            with LiveProgress(err, budget_s) as live:  # the time left of `budget_s`, the measuring's in all
                 report = measure(live)
         except StoppedByUser as stop:
             if not isinstance(stop.partial, report_type) or not stop.partial.loaders:
@@ -94,3 +97,19 @@ def kept(kind: str, keep: bool, measure: Callable[[], Any]) -> Any:
     if keep:
         keep_report(kind, report, started_at, snapshot)
     return report
+
+
+def log_to_trackers(report: Any, trackers: list[str], err: Console) -> None:
+    """Log the report to each tracker of --log-to, saying on stderr where it went; a tracker's own failure (its
+    server, its files) is a LoaderDoctorError that names it, once the report has been shown and kept."""
+    for tracker in trackers:
+        try:
+            where = log_to(report, tracker)
+        except LoaderDoctorError:
+            raise
+        except Exception as error:
+            raise LoaderDoctorError(
+                f"could not log the report to {tracker}: {type(error).__name__}: {error}",
+                hint="the report itself was shown as usual",
+            ) from error
+        err.print(f"logged to {tracker}: {where}", highlight=False, markup=False, soft_wrap=True)

@@ -83,4 +83,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         err,
         report_type=ScaleReport,
         stopped="every rank was ended",
+        budget_s=args.budget * len(set(args.ranks)),  # a launch per rank count
     )

@@ -4,6 +4,7 @@ live report is shown from its plain data (as `loaderdoctor report saved.json` sh
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
@@ -11,10 +12,12 @@ from typing import TextIO
 
 from rich.console import Console
 
+from loaderdoctor.commands.running import log_to_trackers
 from loaderdoctor.errors import UsageError
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
-from loaderdoctor.render.kinds import kind_of, report_page
+from loaderdoctor.render.html.inline import inline_frame
+from loaderdoctor.render.kinds import KINDS, kind_of, report_page
 from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.saved import AnyReport, for_console, load_report
 
@@ -47,7 +50,8 @@ def as_saved(report: AnyReport) -> AnyReport:
 
 
 def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console) -> None:
-    """Print the report (JSON with --json, else on the console) and write its page with --html."""
+    """Print the report (JSON with --json, else on the console), write its page with --html, and log it to the
+    trackers of --log-to."""
     shown = as_saved(report)
     if args.html is not None:
         html.write_page(report_page(shown), args.html)
@@ -57,6 +61,7 @@ def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console
         render_console(for_console(shown), out)
     if args.html is not None:
         err.print(f"HTML report written to {args.html}", highlight=False, markup=False)
+    log_to_trackers(shown, getattr(args, "log_to", None) or [], err)
 
 
 def render_console(report: AnyReport, out: Console) -> None:
@@ -79,3 +84,25 @@ def show_report(report: AnyReport, *, file: TextIO | None = None, html_path: str
     if path is not None:
         html.write_page(report_page(shown), path)
     render_console(for_console(shown), SafeConsole(highlight=False, file=file or sys.stdout))
+
+
+def report_text(report: AnyReport) -> str:
+    """The report as show() prints it, as plain text (no colour, control characters made visible): str(report)."""
+    buffer = io.StringIO()
+    console = SafeConsole(highlight=False, file=buffer, force_terminal=False, force_jupyter=False, no_color=True)
+    render_console(for_console(as_saved(report)), console)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"  # no column's padding
+
+
+def report_html(report: AnyReport) -> str:
+    """The report's HTML page in a sandboxed iframe: what a notebook shows of a report (its _repr_html_)."""
+    shown = as_saved(report)
+    return inline_frame(report_page(shown), title=f"loaderdoctor report of {shown.target}")
+
+
+# A report shows itself (a notebook calls _repr_html_, print() calls __str__), but its class lives below render/
+# (tests/unit/test_layers.py): the views are lent to each kind's class from here, a layer above both, which
+# `import loaderdoctor` always loads; no lower module imports a renderer, lazily or not.
+for _kind in KINDS:
+    _kind.report._repr_html_ = report_html
+    _kind.report.__str__ = report_text

@@ -69,4 +69,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         err,
         report_type=TuneReport,
         stopped="the trials measured before {by} (nothing chosen for the loader interrupted)",
+        budget_s=args.budget,
     )

@@ -110,6 +110,7 @@ class ScaleReport:
     target: str
     loaders: dict[str, ScaleLoaderReport]
     nnodes: int = 1
+    # _repr_html_ (a notebook's view) and __str__ (the console text) are lent by commands/showing.py: render/ is above
 
     @property
     def critical(self) -> bool:

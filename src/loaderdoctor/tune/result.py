@@ -132,6 +132,7 @@ class TuneReport:
 
     target: str
     loaders: dict[str, LoaderTuning]
+    # _repr_html_ (a notebook's view) and __str__ (the console text) are lent by commands/showing.py: render/ is above
 
     @property
     def exit_status(self) -> int:

@@ -22,6 +22,7 @@ from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.render.console import render
 from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import LoaderReport, Report
+from loaderdoctor.trackers import METRIC_PREFIX, summarize
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
 from loaderdoctor.watch.lightningstate import Fit, batch_count, dataloaders_of, facts_after_iter, moment
 from loaderdoctor.watch.progress import epoch_line
@@ -35,7 +36,6 @@ except ImportError as error:  # pragma: no cover - the `lightning` extra is not 
 
 log = logging.getLogger("loaderdoctor")
 
-METRIC_PREFIX = "loaderdoctor/"
 _Hook = TypeVar("_Hook", bound=Callable[..., None])
 
 
@@ -71,7 +71,9 @@ class LoaderDoctorCallback(Callback):
     `val`. At the fit's end (or when it raises) each loader's run is diagnosed with check's rules, printed on
     stderr, and kept in the history (unless `history` is False) under `name` (default: the LightningModule's
     class name) followed by "/train" or "/val". Under DDP every rank measures; rank 0 alone logs, prints and
-    keeps. `reports` holds the last fit's diagnosis by run name."""
+    keeps; at the fit's end, rank 0 logs each loader's main figures over the whole fit too (`loaderdoctor/train/
+    batches_per_s`, `.../wait_fraction`, `.../share_of_limit`). `reports` holds the last fit's diagnosis by run
+    name."""
 
     def __init__(
         self,
@@ -309,9 +311,21 @@ class LoaderDoctorCallback(Callback):
                 metrics[f"{METRIC_PREFIX}{key}_wait_cost_per_hour"] = self.cost_per_hour * stretch.wait_fraction
         if stretch.batches_per_s is not None:
             metrics[f"{METRIC_PREFIX}{key}_batches_per_s"] = stretch.batches_per_s
-        if metrics:
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+        _to_loggers(trainer, metrics)
+
+    def _log_fit_figures(self, trainer: Trainer, reports: dict[str, LoaderReport]) -> None:
+        """At the fit's end, each loader's main figures over the whole fit, as --log-to logs a report's
+        (trackers/summary.py), to every logger of the trainer: loaderdoctor/train/batches_per_s, .../wait_fraction,
+        .../share_of_limit. Never raises."""
+        fit = self._fit
+        if fit is None or not trainer.loggers:
+            return
+        try:
+            by_key = {key: reports[hooked.name] for key, hooked in fit.loaders.items() if hooked.name in reports}
+            figures = summarize(Report(fit.base, by_key, "run")).figures
+            _to_loggers(trainer, {METRIC_PREFIX + key: value for key, value in figures.items()})
+        except Exception as error:
+            log.warning("loaderdoctor could not log the fit's figures: %s: %s", type(error).__name__, error)
 
     @_measuring
     def _failed(self, trainer: Trainer, exception: BaseException) -> None:
@@ -353,6 +367,14 @@ class LoaderDoctorCallback(Callback):
         self.reports = reports
         if reports and fit.main:
             _print(Report(f"{fit.base} (Lightning fit)", reports))
+            self._log_fit_figures(trainer, reports)
+
+
+def _to_loggers(trainer: Trainer, metrics: dict[str, float]) -> None:
+    """`metrics` to every logger of the trainer, at its global step."""
+    if metrics:
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
 
 
 def _print(report: Report) -> None:
