@@ -26,8 +26,8 @@ LAYERS: list[set[str]] = [
     {"tune", "scale"},
     {"history"},
     {"render"},
-    {"watch", "saved"},
-    {"check", "commands", "lightning"},
+    {"watch", "saved", "trackers"},
+    {"check", "commands", "lightning", "huggingface"},
     {"cli", "startup", "__init__", "__main__"},
 ]
 LAYER_OF = {part: number for number, parts in enumerate(LAYERS) for part in parts}

@@ -9,7 +9,7 @@ from typing import Any
 
 from loaderdoctor.report import LoaderReport, measurements
 
-KINDS = ("watch", "lightning", "check", "tune", "scale", "run")
+KINDS = ("watch", "lightning", "huggingface", "check", "tune", "scale", "run")
 
 
 def now_iso() -> str:

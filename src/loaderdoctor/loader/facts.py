@@ -55,7 +55,7 @@ def loader_facts(loader: DataLoader, *, indices: bool = False) -> LoaderFacts:
     iterable = isinstance(dataset, IterableDataset)
     distributed = isinstance(inner, DistributedSampler) or (hasattr(inner, "num_replicas") and hasattr(inner, "rank"))
     return LoaderFacts(
-        batch_size=loader.batch_size,
+        batch_size=batch_size_of(loader),
         batches_per_epoch=length_or_none(loader),
         iterable=iterable,
         dataset=type(dataset).__name__,
@@ -66,6 +66,15 @@ def loader_facts(loader: DataLoader, *, indices: bool = False) -> LoaderFacts:
         sampler_drop_last=bool(sampler.drop_last) if isinstance(sampler, DistributedSampler) else None,
         indices=_epoch_indices(picker) if indices and not iterable else None,
     )
+
+
+def batch_size_of(loader: DataLoader) -> int | None:
+    """The loader's batch size, else its batch sampler's when it was given one that says (accelerate's, which
+    prepare() puts in every loader it makes, and most written by hand); None when neither says."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 def _epoch_indices(picker: Any) -> list[int] | None:

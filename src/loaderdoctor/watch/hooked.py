@@ -3,12 +3,15 @@ for a RunRecorder, so that a trainer's run gets the Recording, the rules and the
 
 The wait for a batch runs from the end hook of the batch before (or from its epoch's start) to this batch's
 start hook, less the time set aside meanwhile (a validation run inside a training epoch is neither the training
-step nor a wait for training data); the step runs from the start hook to the end hook."""
+step nor a wait for training data); the step runs from the start hook to the end hook. A trainer that fetches
+several batches before one step hook (Hugging Face's Trainer, accumulating gradients) has them recorded as batches
+taking turns (batches_stepped)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -70,7 +73,7 @@ def _ended(pid: int) -> bool:
 class HookedLoader:
     """One loader (or a trainer's combination of loaders, measured as one) observed through a trainer's hooks.
     `workers()` names its worker pids at each epoch's first batch (see WorkerCensus); `batches_per_epoch` is
-    what the trainer takes of it per epoch."""
+    what the trainer takes of it per epoch; `kind` is the history's kind of its run."""
 
     def __init__(
         self,
@@ -81,14 +84,23 @@ class HookedLoader:
         workers: Callable[[], list[int]],
         clock: Callable[[], float] = time.perf_counter,
         cpu_clock: Callable[[], float] = time.process_time,
+        kind: str = "lightning",
     ) -> None:
         self.name = name
+        self.kind = kind
         self.loader = loaders[0]
         self.settings = LoaderSpec.from_loader(self.loader).settings
         facts = dataclasses.replace(loader_facts(self.loader), batches_per_epoch=batches_per_epoch)
         loader = self.loader
+        self._batch_size = facts.batch_size or 1
+        self._clock = clock
+        self._replay: tuple[int, float] | None = None  # (thread, clock) while batches_stepped() replays a step
         self.recorder = RunRecorder(
-            facts, self.settings, clock=clock, sampler_epoch=lambda: sampler_epoch(loader), is_death=self._is_death
+            facts,
+            self.settings,
+            clock=self._recorder_clock,
+            sampler_epoch=lambda: sampler_epoch(loader),
+            is_death=self._is_death,
         )
         self.worker_pids: list[int] = []
         self.sampler = self.recorder.worker_sampler(lambda: self.worker_pids)
@@ -96,7 +108,6 @@ class HookedLoader:
         self.snapshot = take_snapshot()
         self.epoch = -1
         self._workers = workers
-        self._clock = clock
         self._cpu_clock = cpu_clock
         self._epoch_from: Moment | None = None  # the epoch's start, until its first batch opens it in the recorder
         self._facts: IteratorFacts | None = None
@@ -157,7 +168,7 @@ class HookedLoader:
                 wait_s=wait_s,
                 wait_cpu_s=wait_cpu_s,
                 nbytes=batch_nbytes(batch),
-                samples=batch_samples(batch, self.loader.batch_size or 1),
+                samples=batch_samples(batch, self._batch_size),
                 first_batch_s=first_batch_s,
             )
         )
@@ -170,6 +181,47 @@ class HookedLoader:
         self.recorder.close_step()
         self._in_step = False
         self._idle_from = self.moment()
+        self._aside, self._paused_at = (0.0, 0.0), None
+
+    def batches_stepped(self, count: int, started: Moment) -> None:
+        """`count` batches were fetched in one go before the step hook at `started`, then stepped on one after the
+        other until now (the end hook): recorded as `count` batches taking turns, each with an even share of the
+        wait since the last end hook (less the time set aside) and of the steps. Their samples are the loader's
+        batch size each (no batch is seen)."""
+        if count < 1:
+            return
+        now = self.moment()
+        wait_s, wait_cpu_s = self._waited(*started)
+        share_wait, share_cpu = wait_s / count, wait_cpu_s / count
+        share_step = max(0.0, now[0] - started[0]) / count
+        # The first batch arrives one share of the wait before the hook, as if the others had been fetched after
+        # it; each next batch one step and one share of the wait later; the last step ends now.
+        first_at = started[0] - (count - 1) * share_wait
+        thread = threading.get_ident()
+        try:
+            for n in range(count):
+                at = first_at + n * (share_wait + share_step)
+                self._replay = (thread, at)
+                first_batch_s = None
+                if self._epoch_from is not None:
+                    first_batch_s = at - self._epoch_from[0]
+                    self._open_epoch(at)
+                event = BatchDelivered(
+                    epoch=self.epoch,
+                    index=self._batch_index(),
+                    wait_s=share_wait,
+                    wait_cpu_s=share_cpu,
+                    nbytes=0,
+                    samples=self._batch_size,
+                    first_batch_s=first_batch_s,
+                )
+                self.recorder.on_event(event)
+                self._replay = (thread, at + share_step)
+                self.recorder.close_step()
+        finally:
+            self._replay = None
+        self._in_step = False
+        self._idle_from = now
         self._aside, self._paused_at = (0.0, 0.0), None
 
     def epoch_ended(self) -> None:
@@ -267,7 +319,7 @@ class HookedLoader:
         rec = self.recorder.finish(self.settings, self.sampler)
         if not main:
             return LoaderReport(self.name, rec, diagnose(rec))
-        return finish_run("lightning", self.name, rec, self.started_at, self.snapshot, history=history, log_it=False)
+        return finish_run(self.kind, self.name, rec, self.started_at, self.snapshot, history=history, log_it=False)
 
     # Inside
 
@@ -280,6 +332,14 @@ class HookedLoader:
         self.recorder.on_event(IteratorCreated(self.epoch, self._facts, list(self.worker_pids), create_s))
         self._epoch_from = None
         self._epoch_open = True
+
+    def _recorder_clock(self) -> float:
+        """The recorder's clock: the trainer's, but for the thread that replays a step (batches_stepped), which
+        gives it the moment of each batch it replays."""
+        replay = self._replay
+        if replay is not None and replay[0] == threading.get_ident():
+            return replay[1]
+        return self._clock()
 
     def _waited(self, now: float, cpu: float) -> Moment:
         aside_s, aside_cpu_s = self._aside

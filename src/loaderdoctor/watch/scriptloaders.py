@@ -1,6 +1,8 @@
 """Every DataLoader a script makes, watched without a change to the script: while installed, torch's
 DataLoader.__init__ notes where the user's code made each loader, and DataLoader.__iter__ runs each of them
-through a watch (guarded too, when asked), named by that place ("train.py:41").
+through a watch (guarded too, when asked), named by that place ("train.py:41", or the framework's method that
+made it for the user's line: "Trainer.get_train_dataloader (train.py:42)"; see watch/sites.py). Loaders made at
+one place are told apart by the order of their first iter() ("train.py:41#2"): no two watches share a name.
 
 The hooks sit on torch's class itself, not on the name torch.utils.data.DataLoader: loaders made by libraries
 that bound the class at import (Lightning re-making a loader for its DistributedSampler), subclasses, and code
@@ -19,16 +21,16 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import GuardedLoader, guard
-from loaderdoctor.plain.usercode import code_owner, is_own_file
+from loaderdoctor.plain.usercode import is_own_file
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.tap.iterator import shutdown
+from loaderdoctor.watch.sites import creation_site
 from loaderdoctor.watch.watched import WatchedLoader
 
 log = logging.getLogger("loaderdoctor")
@@ -41,23 +43,6 @@ MAX_PER_SITE = 8
 @functools.lru_cache(maxsize=1024)
 def _is_own(filename: str) -> bool:
     return is_own_file(filename)
-
-
-def creation_site(frame: Any) -> str | None:
-    """Where the user's code made a loader, from the frame that called DataLoader.__init__: the innermost frame
-    of the user's own code ("train.py:41"), else of a package they chose; None when loaderdoctor made it."""
-    package_site = None
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        owner = code_owner(filename)
-        if owner == "user":
-            return f"{Path(filename).name}:{frame.f_lineno}"
-        if owner == "internal" and is_own_file(filename) and package_site is None:
-            return None  # loaderdoctor's own loader (a guard's), made on behalf of a watched one
-        if owner == "package" and package_site is None:
-            package_site = f"{Path(filename).name}:{frame.f_lineno}"
-        frame = frame.f_back
-    return package_site
 
 
 class EveryLoader:
@@ -122,8 +107,10 @@ class EveryLoader:
 
     def _note_site(self, loader: Any, frame: Any) -> None:
         try:
-            site = creation_site(frame)
-            if site is not None and loader not in self._sites:
+            if loader in self._sites:
+                return
+            site = creation_site(frame, loader, self._sites.get)
+            if site is not None:
                 self._sites[loader] = site
         except Exception as error:  # never fail the user's DataLoader(...)
             log.debug("loaderdoctor run: no site for a DataLoader: %s", error)
