@@ -82,6 +82,27 @@ def measurements(rec: Recording, limit: Limit | None = None) -> dict[str, Any]:
         "sample_errors": len(rec.sample_errors),
         "limit": limit.to_dict(),
         "share_of_limit": rounded(share, 3),
+        "ceiling": ceiling_figures(rec),
+    }
+
+
+def ceiling_figures(rec: Recording) -> dict[str, Any] | None:
+    """What the data-free turns measured (`run --ceiling`), None without them: the loop's rate with its input taken
+    away and in the real turns beside, the input's cost measured and as the waits tell it, the data-free steps."""
+    c = rec.ceiling
+    if c is None:
+        return None
+    turns = c.pair_speedups()
+    return {
+        "ceiling_batches_per_s": rounded(c.rate("data-free"), 3),
+        "real_batches_per_s": rounded(c.rate("real"), 3),
+        "speedup": rounded(c.speedup, 3),
+        "input_cost": rounded(c.input_cost, 4),
+        "wait_model_input_cost": rounded(c.wait_estimate, 4),
+        "turn_speedups_range": [round(min(turns), 3), round(max(turns), 3)] if turns else None,
+        "data_free_steps": c.data_free_steps,
+        "trained_on_repeated_batches": c.trained_on_repeated_batches and c.data_free_steps > 0,
+        "complete": c.complete,
     }
 
 

@@ -32,7 +32,13 @@ def test_a_check_report_saved_before_the_move_loads_shows_and_prints_back_as_it_
 
 
 # Fields added since the fixture was written, at their defaults: the only difference allowed.
-ADDED_SINCE = {"step_run_delay_s": None, "unsteady": False, "fixed_speedup_range": None, "fixed_epoch_s_range": None}
+ADDED_SINCE = {
+    "step_run_delay_s": None,
+    "unsteady": False,
+    "fixed_speedup_range": None,
+    "fixed_epoch_s_range": None,
+    "ceiling": None,
+}
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 DERIVED_SINCE = {"batches_per_s_range"}
 

@@ -17,6 +17,7 @@ from loaderdoctor.host.forkhazards import IteratorFacts
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.plain.data import dataclass_from_dict
 from loaderdoctor.plain.frames import StackFrame as StackFrame
+from loaderdoctor.tap.ceiling import Ceiling
 from loaderdoctor.workers.activity import WorkerActivity
 from loaderdoctor.workers.deaths import WorkerDeath
 from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
@@ -139,6 +140,8 @@ class Recording:
     # A watched loader's drop_last, and its DistributedSampler's (None without one): what a DDP plan needs.
     drop_last: bool | None = None
     sampler_drop_last: bool | None = None
+    # The loop's rate with its input taken away, measured in data-free turns (`run --ceiling`); None otherwise.
+    ceiling: Ceiling | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

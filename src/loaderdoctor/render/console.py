@@ -103,6 +103,7 @@ def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
     if rec.outcome != "completed":
         run += f"  ({rec.outcome})"
     rows = [
+        *([("ceiling", ceiling)] if (ceiling := ceiling_words(m["ceiling"])) else []),
         ("dataset", f"{rec.dataset}: {size}batch size {rec.batch_size}{per_epoch}"),
         ("settings", rec.settings.describe()),
         ("measured", run),
@@ -130,6 +131,24 @@ def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
         went_on = ", and the loop went on (a guard started workers again)" if rec.outcome == "completed" else ""
         rows.append(("deaths", f"{plural(len(rec.worker_deaths), 'worker')} died ({where}{more}){went_on}"))
     return rows
+
+
+def ceiling_words(ceiling: dict[str, Any] | None) -> str | None:
+    """The data-free turns' measurement in a sentence, first of a loader's rows (None without one)."""
+    if ceiling is None:
+        return None
+    steps = f"{plural(ceiling['data_free_steps'], 'step')} trained on repeated batches"
+    if ceiling["speedup"] is None:
+        return f"not measured: the run ended before its data-free turns were done ({steps})"
+    spread = ceiling["turn_speedups_range"]
+    turns = f", turns {spread[0]:.2f}x to {spread[1]:.2f}x" if spread and spread[0] != spread[1] else ""
+    return (
+        f"the input costs {ceiling['input_cost'] * 100:.0f}% of this job's time: with a perfect input it runs "
+        f"{ceiling['speedup']:.2f}x faster ({ceiling['ceiling_batches_per_s']:.1f} against "
+        f"{ceiling['real_batches_per_s']:.1f} batches/s in turns{turns}; its waits said "
+        f"{ceiling['wait_model_input_cost'] * 100:.0f}%); {steps}"
+        + ("" if ceiling["complete"] else " (the run ended before every turn was measured)")
+    )
 
 
 def _measured(lr: LoaderReport) -> Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loaderdoctor.recording.record import Recording
+from loaderdoctor.rules.ceiling import input_ceiling
 from loaderdoctor.rules.crash import worker_crash
 from loaderdoctor.rules.data import duplicate_samples, sample_errors
 from loaderdoctor.rules.distributed import set_epoch_never_called
@@ -34,6 +35,7 @@ RULES: tuple[Rule, ...] = (
     lock_contention,
     set_epoch_never_called,
     input_bound,
+    input_ceiling,
 )
 
 # Symptoms say what the loop suffers; causes say why. At equal severity a cause is the main diagnosis: a

@@ -176,7 +176,10 @@ def input_bound(rec: Recording) -> Finding | None:
         return None
     share = share_of_run(rec)
     weight = share if share < PART_OF_THE_RUN else 1.0
-    severity = time_cost_severity(fraction * weight)
+    # Measured with the input taken away (`run --ceiling`), the input's cost is known, not read from the waits.
+    measured = rec.ceiling.input_cost if rec.ceiling is not None else None
+    cost = fraction if measured is None else measured
+    severity = time_cost_severity(cost * weight)
     if severity is None:
         return None
     cpu = loading_cpu(rec)
@@ -200,6 +203,7 @@ def input_bound(rec: Recording) -> Finding | None:
             "usable_cores": rec.host.usable_cores,
             **_contention_evidence(rec, cpu),
             **({"share_of_run": round(share, 3)} if weight < 1.0 else {}),
+            **({"measured_input_cost": round(measured, 3)} if measured is not None else {}),
             # Of the mean wait, the time the loop's own thread was descheduled (left out of wait_fraction).
             **(
                 {"wait_descheduled_ms_mean": round(descheduled * 1000, 2)}
@@ -210,7 +214,7 @@ def input_bound(rec: Recording) -> Finding | None:
         fix=fix,
         snippet=settings_snippet(rec, change),
         settings_change=change,
-        impact=fraction * weight,
+        impact=cost * weight,
     )
 
 

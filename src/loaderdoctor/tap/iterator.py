@@ -14,6 +14,7 @@ from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.host.forkhazards import IteratorFacts, iterator_facts
+from loaderdoctor.tap.ceiling import CeilingTurns
 from loaderdoctor.tap.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
 from loaderdoctor.workers.processes import exited_workers, worker_pids
 from loaderdoctor.workers.sampler import run_delay_s, thread_run_delay_s
@@ -93,7 +94,15 @@ class EpochEnded:
     wait_s: float = 0.0  # the time in the next() that raised StopIteration (ending workers that do not persist)
 
 
-Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded
+@dataclass(frozen=True)
+class BatchReplayed:
+    """A data-free step (`run --ceiling`, tap/ceiling.py): next() handed the loop the batch it delivered last
+    again, taking nothing from the loader. No batch of the loader's: the step before it ends here."""
+
+    epoch: int
+
+
+Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded | BatchReplayed
 Listener = Callable[[Event], None]
 
 
@@ -196,6 +205,8 @@ class TapIterator:
     def __next__(self) -> Any:
         tap = self._tap
         clock = tap.clock
+        if tap.ceiling is not None and (again := tap.ceiling.replay()) is not None:
+            return self._replayed(again)
         # Events are made only for listeners: a guard without any pays for a clock read or two per batch.
         listening = bool(tap.listeners)
         self.waiting_since = started = clock()
@@ -213,6 +224,8 @@ class TapIterator:
         except StopIteration:
             self.waiting_since = None
             ended = clock()
+            if tap.ceiling is not None:
+                tap.ceiling.left_epoch()
             tap.emit(EpochEnded(self.epoch, self.index, ended - self.started_at, ended - started))
             raise
         except Exception as error:
@@ -236,6 +249,8 @@ class TapIterator:
         else:
             first_batch_s = delivered - self.started_at
         self.delivered += 1
+        if tap.ceiling is not None:
+            tap.ceiling.delivered(self.epoch, batch, wait_s, delivered, replayed=False)
         if listening:
             wait_cpu_s = time.process_time() - cpu_started
             delay_now = thread_run_delay_s() if delay_started is not None else None
@@ -269,6 +284,14 @@ class TapIterator:
         self.index += 1
         return batch
 
+    def _replayed(self, batch: Any) -> Any:
+        """A data-free step: the batch handed again, as delivered, and the loader left where it is."""
+        tap = self._tap
+        tap.ceiling.delivered(self.epoch, batch, 0.0, tap.clock(), replayed=True)
+        self.delay_at_delivery = None  # the next real batch's step is not this one's
+        tap.emit(BatchReplayed(self.epoch))
+        return batch
+
     def close(self) -> None:
         """End this iterator's workers now."""
         shutdown(self._tap.loader, self.inner)
@@ -297,6 +320,7 @@ class Tap:
         self.fingerprints = isinstance(getattr(loader, "dataset", None), IterableDataset)  # decided once
         self._current: weakref.ref[TapIterator] | None = None
         self.waits = RecentWaits()  # the watchdog's yardstick; a guard hands the same one to each new tap
+        self.ceiling: CeilingTurns | None = None  # data-free turns, when the run measures its ceiling
 
     @property
     def current(self) -> TapIterator | None:

@@ -20,7 +20,7 @@ from loaderdoctor.loader.indexed import parse_sample_failures
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
 from loaderdoctor.recording.record import BatchRecord, Recording, SampleError, WorkerDeath, startup_batches
-from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, EpochEnded, Event, IteratorCreated
+from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, BatchReplayed, EpochEnded, Event, IteratorCreated
 from loaderdoctor.workers.sampler import WorkerSampler
 
 # BatchRecords kept at most: past this, every other kept one goes (start-up batches always stay).
@@ -114,6 +114,8 @@ class RunRecorder:
             self._epoch_ended(event)
         elif isinstance(event, BatchFailed):
             self._failed(event)
+        elif isinstance(event, BatchReplayed):
+            self._close_step(self.clock())  # a data-free step (tap/ceiling.py) is no batch of the run's
 
     def _iterator_created(self, event: IteratorCreated) -> None:
         now = self.clock()

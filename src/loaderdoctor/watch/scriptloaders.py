@@ -48,12 +48,15 @@ def _is_own(filename: str) -> bool:
 class EveryLoader:
     """The hooks on torch's DataLoader while a script runs, and the watches they made (see the module's text).
     `name` goes before each loader's name, and `rank` (a distributed run's) after it ("train.py:41/rank1");
-    `guarded` guards every loader."""
+    `guarded` guards every loader; `ceiling` puts every unguarded one through data-free turns (see watch())."""
 
-    def __init__(self, *, name: str | None = None, rank: int | None = None, guarded: bool = False) -> None:
+    def __init__(
+        self, *, name: str | None = None, rank: int | None = None, guarded: bool = False, ceiling: bool | int = False
+    ) -> None:
         self.name = name
         self.rank = rank
         self.guarded = guarded
+        self.ceiling = ceiling
         self.watches: list[WatchedLoader] = []
         self._sites: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._watched: dict[Any, WatchedLoader] = {}  # loader -> its watch (which keeps the loader until close())
@@ -158,7 +161,9 @@ class EveryLoader:
                 log.warning("loaderdoctor run: %s is watched, not guarded: %s", name, error.message)
             else:
                 return WatchedLoader(guarded, name, history=False, log_diagnosis=False)
-        return WatchedLoader(loader, name, history=False, open_iterator=original_iter, log_diagnosis=False)
+        return WatchedLoader(
+            loader, name, history=False, open_iterator=original_iter, log_diagnosis=False, ceiling=self.ceiling
+        )
 
     def close(self) -> list[LoaderRun]:
         """End every watch: the runs of the loaders that delivered batches, in the order they were first

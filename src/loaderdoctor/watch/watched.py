@@ -31,6 +31,7 @@ from loaderdoctor.recording.rates import delivered_batches, training_rate
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose
+from loaderdoctor.tap.ceiling import MIN_TURN_STEPS, CeilingTurns, turn_plan
 from loaderdoctor.tap.iterator import EpochEnded, Event, Tap, is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
@@ -49,6 +50,7 @@ def watch(
     cost_per_hour: float | None = None,
     history: bool = True,
     log_every_s: float = DEFAULT_LOG_EVERY_S,
+    ceiling: bool | int = False,
 ) -> WatchedLoader:
     """`loader`, observed in the training loop that iterates it (`for batch in watch(loader): ...`): per batch
     the wait in next() and the step after it, per epoch its start-up and rate, the workers' memory and CPU in
@@ -57,14 +59,25 @@ def watch(
     close() (or the end of a `with` block, garbage collection, or the interpreter's exit, whichever comes first)
     runs check's rules on what was measured, logs the diagnosis, and saves the run in the history (unless
     `history` is False). `name` (default: the file and line of this call) is what runs are compared by; in a
-    distributed run each rank's is its own ("train/rank1")."""
+    distributed run each rank's is its own ("train/rank1").
+
+    `ceiling` (True, or a number of steps; off by default) measures what the loop runs at with its input taken
+    away: after the first epoch's start-up, for that many steps in turns (DEFAULT_STEPS with True) the loop is
+    handed the batch it got last instead of a new one, then the loader goes on where it stopped. Those steps
+    train on repeated batches: use it on a diagnostic run (see the README)."""
     if name is None:
         caller = sys._getframe(1)
         name = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"
     if isinstance(name, str) and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         name = f"{name}/rank{dist.get_rank()}"
     return WatchedLoader(
-        loader, name, epochs=epochs, cost_per_hour=cost_per_hour, history=history, log_every_s=log_every_s
+        loader,
+        name,
+        epochs=epochs,
+        cost_per_hour=cost_per_hour,
+        history=history,
+        log_every_s=log_every_s,
+        ceiling=ceiling,
     )
 
 
@@ -84,6 +97,24 @@ def _check_options(loader: Any, name: str, epochs: Any, cost_per_hour: Any, log_
             raise UsageError(f"{option} must be a number, 0 or more, not {value!r}")
     if not log_every_s:
         raise UsageError("log_every_s must be more than 0 seconds")
+
+
+def _ceiling_steps(ceiling: Any) -> int | bool | None:
+    """The data-free steps asked for: False for none, None for the default number, else the number."""
+    if ceiling is False:
+        return False
+    if ceiling is True:
+        return None
+    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 3:
+        raise UsageError(f"ceiling must be True or a number of steps, 3 or more, not {ceiling!r}")
+    return ceiling
+
+
+def ceiling_turns(steps: int | None, settings: Settings) -> CeilingTurns:
+    """The data-free turns of a loader with these settings: they start once the first epoch's workers have each
+    delivered a batch and a few steady ones came, the same step on every rank of a job."""
+    plan = turn_plan(steps, num_workers=settings.num_workers, prefetch_factor=settings.prefetch_factor)
+    return CeilingTurns(plan, start_after=max(1, settings.num_workers) + MIN_TURN_STEPS)
 
 
 class WatchRun:
@@ -302,8 +333,10 @@ class WatchedLoader:
         log_every_s: float = DEFAULT_LOG_EVERY_S,
         open_iterator: Callable[[DataLoader], Any] = iter,
         log_diagnosis: bool = True,
+        ceiling: bool | int = False,
     ) -> None:
         _check_options(loader, name, epochs, cost_per_hour, log_every_s)
+        steps = _ceiling_steps(ceiling)
         self.loader = loader
         self.name = name
         self._epoch = -1
@@ -334,6 +367,12 @@ class WatchedLoader:
             log_diagnosis=log_diagnosis,
         )
         self._run.listeners.append(self._run.on_event)
+        if steps is not False:
+            if self._tap is None:
+                log.warning("loaderdoctor: %s is guarded: its ceiling is not measured (no data-free turns)", name)
+            else:
+                self._tap.ceiling = ceiling_turns(steps, fixed)
+                self._run.recorder.rec.ceiling = self._tap.ceiling.ceiling  # filled in as the turns go by
         self._finalizer = weakref.finalize(self, self._run.close)
 
     def __iter__(self) -> Iterator[Any]:

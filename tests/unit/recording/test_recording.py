@@ -214,6 +214,7 @@ def test_measurements_of_a_small_recording():
     assert m == {
         "batches_per_s": 14.706,  # an epoch of 5 batches in 0.34 s: its first batch 0.1 s, then 50 ms each
         "batches_per_s_range": None,  # too few steady batches to read three stretches of them
+        "ceiling": None,  # no data-free turns (run --ceiling)
         "samples_per_s": 117.647,
         "wait_fraction": 0.2,
         "interval_ms": 50.0,

@@ -1,0 +1,66 @@
+"""input-ceiling: what the loop ran at with its input taken away (`run --ceiling`), against its real rate and
+against what its waits say the input costs."""
+
+from __future__ import annotations
+
+from loaderdoctor.plain.words import percent
+from loaderdoctor.recording.record import Recording
+from loaderdoctor.rules.finding import Finding
+
+# Points of the loop's time between the measured cost of the input and the wait model's reading past which the
+# wait model is called wrong for the job (the turns' own spread is smaller on a steady loop).
+DISAGREE_BY = 0.10
+
+
+def input_ceiling(rec: Recording) -> Finding | None:
+    """The measured cost of the input, said first; a warning when the loop's waits tell another story."""
+    ceiling = rec.ceiling
+    if ceiling is None or ceiling.speedup is None or ceiling.input_cost is None or ceiling.wait_estimate is None:
+        return None
+    cost, estimate, speedup = ceiling.input_cost, ceiling.wait_estimate, ceiling.speedup
+    pairs = ceiling.pair_speedups()
+    evidence = {
+        "real_batches_per_s": round(ceiling.rate("real") or 0.0, 3),
+        "ceiling_batches_per_s": round(ceiling.rate("data-free") or 0.0, 3),
+        "ceiling_speedup": round(speedup, 3),
+        "measured_input_cost": round(cost, 3),
+        "wait_model_input_cost": round(estimate, 3),
+        "data_free_steps": ceiling.data_free_steps,
+        "turn_speedups": [round(p, 3) for p in pairs],
+    }
+    measured = (
+        f"with its input taken away the loop ran {speedup:.2f}x as fast: the input costs {percent(cost)} of its time"
+    )
+    if abs(cost - estimate) <= DISAGREE_BY:
+        return Finding(
+            rule="input-ceiling",
+            severity="info",
+            title=measured[0].upper() + measured[1:] + f" (its waits said {percent(estimate)})",
+            evidence=evidence,
+            fix=(
+                f"A perfect input pipeline would make this job {speedup:.2f}x faster, and no more: the loop's "
+                f"{ceiling.data_free_steps} data-free steps trained on batches it had already seen."
+            ),
+            impact=cost,
+        )
+    if cost > estimate:
+        why = (
+            "loading takes time from the step itself, which the waits do not show: the CPU the step shares with "
+            "the workers, or copies of the batch the step makes"
+        )
+    else:
+        why = (
+            "part of the time in next() costs nothing: the step's work goes on meanwhile (an asynchronous "
+            "device runs the work queued before), so a faster input gains less than the waits say"
+        )
+    return Finding(
+        rule="input-ceiling",
+        severity="warning",
+        title=f"The loop's waits put the input's cost at {percent(estimate)} of its time, but {measured}",
+        evidence=evidence,
+        fix=(
+            f"Trust the measured figure, {percent(cost)}: the wait model is wrong for this job ({why}). A perfect "
+            f"input pipeline would make it {speedup:.2f}x faster."
+        ),
+        impact=cost,
+    )

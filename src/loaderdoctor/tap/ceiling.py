@@ -1,0 +1,144 @@
+"""Data-free turns (`run --ceiling`): for a few turns a watched loader hands the loop the batch it delivered last,
+kept as delivered, instead of a new one, so that the loop's rate with its input taken away is measured beside its
+real rate, in turns (real, data-free, real, ...) so that drift cancels; the real stream then goes on where it
+stopped, no sample skipped or repeated.
+
+The turns are counted in the loader's deliveries, so that ranks of one job, whose loops meet in collectives at
+the same steps, switch together. A turn's time is the loop's time from one delivery to the next (the step on a
+batch and the fetch of the one after), within one epoch's iterator. A real turn after a data-free one leaves out
+its first deliveries: the workers filled their prefetch queue while the loop trained on repeated batches, and
+those batches come at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_STEPS = 60  # data-free steps when the user names none: three turns of 20
+MIN_TURN_STEPS = 5  # the fewest intervals a turn measures
+
+
+@dataclass
+class Turn:
+    """One turn of the loop, real or data-free: the intervals it measured and their time."""
+
+    kind: str  # "real" or "data-free"
+    intervals: int = 0  # delivery-to-delivery intervals measured (within one iterator, past a real turn's refill)
+    seconds: float = 0.0
+    wait_s: float = 0.0  # of those seconds, the time in next() (about 0 in a data-free turn)
+
+
+@dataclass
+class Ceiling:
+    """What the data-free turns measured: plain data, kept in the Recording. The loop trained on
+    `data_free_steps` repeated batches (the JSON says so, and the report)."""
+
+    data_free_steps: int  # batches handed again in the data-free turns, each trained on by the loop
+    turn_steps: int  # deliveries per turn
+    refill: int  # deliveries left out at the start of a real turn that follows a data-free one
+    turns: list[Turn] = field(default_factory=list)
+    trained_on_repeated_batches: bool = True
+
+    def rate(self, kind: str) -> float | None:
+        """Batches per second of the loop over the turns of `kind` ("real" or "data-free"), None before both a
+        turn of it was measured."""
+        intervals = sum(t.intervals for t in self.turns if t.kind == kind)
+        seconds = sum(t.seconds for t in self.turns if t.kind == kind)
+        return intervals / seconds if intervals and seconds > 0 else None
+
+    @property
+    def speedup(self) -> float | None:
+        """The data-free rate over the real one: how much faster the job runs with a perfect input."""
+        real, free = self.rate("real"), self.rate("data-free")
+        return free / real if real and free else None
+
+    @property
+    def input_cost(self) -> float | None:
+        """The share of the real loop's time its input costs, measured: 1 - real rate / data-free rate (0 when
+        the data-free turns were no faster)."""
+        speedup = self.speedup
+        return None if speedup is None else max(0.0, 1.0 - 1.0 / speedup)
+
+    @property
+    def wait_estimate(self) -> float | None:
+        """What the wait model reads over the same real turns: their time in next() over their time."""
+        seconds = sum(t.seconds for t in self.turns if t.kind == "real")
+        waits = sum(t.wait_s for t in self.turns if t.kind == "real")
+        return waits / seconds if seconds > 0 else None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every turn of the plan measured something (the run went on long enough)."""
+        return bool(self.turns) and all(t.intervals for t in self.turns)
+
+    def pair_speedups(self) -> list[float]:
+        """Each data-free turn's rate over the mean of the real turns beside it: the spread of the measurement."""
+        ratios = []
+        for n, turn in enumerate(self.turns):
+            if turn.kind != "data-free" or not turn.intervals:
+                continue
+            beside = [t for t in (self.turns[n - 1], self.turns[n + 1] if n + 1 < len(self.turns) else None) if t]
+            real = [t.intervals / t.seconds for t in beside if t.kind == "real" and t.intervals and t.seconds > 0]
+            if real and turn.seconds > 0:
+                ratios.append((turn.intervals / turn.seconds) / (sum(real) / len(real)))
+        return ratios
+
+
+def turn_plan(steps: int | None, *, num_workers: int, prefetch_factor: int | None) -> Ceiling:
+    """The plan of turns for `steps` data-free steps (DEFAULT_STEPS when None): three data-free turns between four
+    real ones, each long enough to measure past a real turn's refill (the batches the workers had ready)."""
+    refill = num_workers * (prefetch_factor or 2) if num_workers else 0
+    total = DEFAULT_STEPS if steps is None else steps
+    turn_steps = max(MIN_TURN_STEPS + refill, -(-total // 3))
+    turns = [Turn("data-free" if n % 2 else "real") for n in range(7)]
+    return Ceiling(data_free_steps=0, turn_steps=turn_steps, refill=refill, turns=turns)
+
+
+class CeilingTurns:
+    """The turns of one loader, kept across its epochs by its tap: which deliveries are data-free, the batch to
+    hand again, and each turn's time. `start_after` deliveries (the first epoch's start-up and a few steady
+    batches) go by before the first turn."""
+
+    def __init__(self, ceiling: Ceiling, start_after: int) -> None:
+        self.ceiling = ceiling
+        self.start_after = start_after
+        self.step = 0  # deliveries so far, real and data-free
+        self._last_batch: Any = None
+        self._last_at: float | None = None
+        self._last_epoch: int | None = None
+
+    def _turn(self, step: int) -> tuple[int, int] | None:
+        """The turn number of a delivery and its place in the turn; None outside the turns."""
+        if step < self.start_after:
+            return None
+        number, place = divmod(step - self.start_after, self.ceiling.turn_steps)
+        return (number, place) if number < len(self.ceiling.turns) else None
+
+    def replay(self) -> Any:
+        """The batch to hand the loop at this next() instead of a new one, or None (the real loader's turn)."""
+        turn = self._turn(self.step)
+        if turn is None or self.ceiling.turns[turn[0]].kind != "data-free":
+            return None
+        return self._last_batch
+
+    def delivered(self, epoch: int, batch: Any, wait_s: float, at: float, *, replayed: bool) -> None:
+        """A batch reached the loop at `at` after `wait_s` in next(): a real one, or one handed again."""
+        turn = self._turn(self.step)
+        if turn is not None and self._last_epoch == epoch and self._last_at is not None:
+            number, place = turn
+            measured = self.ceiling.turns[number]
+            after_data_free = number > 0 and self.ceiling.turns[number - 1].kind == "data-free"
+            if not (measured.kind == "real" and after_data_free and place < self.ceiling.refill):
+                measured.intervals += 1
+                measured.seconds += at - self._last_at
+                measured.wait_s += wait_s
+        if replayed:
+            self.ceiling.data_free_steps += 1
+        self.step += 1
+        # The batch is held only while a data-free turn may still come: then let go of it.
+        self._last_batch = batch if self._turn(self.step) is not None else None
+        self._last_at, self._last_epoch = at, epoch
+
+    def left_epoch(self) -> None:
+        """The epoch ended (or its iterator was dropped): no interval runs across into the next one."""
+        self._last_epoch = None

@@ -1,0 +1,74 @@
+"""input-ceiling: the input's cost measured in data-free turns, said beside the waits' reading, and a warning when
+the two disagree; input-bound's severity follows the measured cost when there is one."""
+
+from __future__ import annotations
+
+import pytest
+from recordings import make_recording
+
+from loaderdoctor.render.evidence import evidence_words
+from loaderdoctor.rules import diagnose
+from loaderdoctor.rules.ceiling import input_ceiling
+from loaderdoctor.rules.throughput import input_bound
+from loaderdoctor.tap.ceiling import Ceiling, Turn
+
+
+def _ceiling(real_rate: float, free_rate: float, wait_share: float) -> Ceiling:
+    turns = []
+    for n in range(7):
+        kind = "data-free" if n % 2 else "real"
+        rate = free_rate if kind == "data-free" else real_rate
+        seconds = 20 / rate
+        turns.append(Turn(kind, 20, seconds, wait_share * seconds if kind == "real" else 0.0))
+    return Ceiling(data_free_steps=60, turn_steps=20, refill=4, turns=turns)
+
+
+def test_a_measured_cost_the_waits_agree_with_is_said_as_it_is():
+    rec = make_recording(ceiling=_ceiling(real_rate=10.0, free_rate=16.0, wait_share=0.40))
+    finding = input_ceiling(rec)
+    assert finding.severity == "info"
+    assert finding.title == (
+        "With its input taken away the loop ran 1.60x as fast: the input costs 38% of its time (its waits said 40%)"
+    )
+    assert finding.evidence["measured_input_cost"] == pytest.approx(0.375)
+    assert finding.evidence["turn_speedups"] == [1.6, 1.6, 1.6]
+    assert "60 data-free steps trained on batches it had already seen" in finding.fix
+
+
+def test_waits_that_overstate_the_input_as_on_an_asynchronous_device_are_called_wrong():
+    # 84% of the loop's time in next(), yet only 2.3x faster without the input (the GPU busy meanwhile)
+    rec = make_recording(ceiling=_ceiling(real_rate=40.0, free_rate=92.0, wait_share=0.84))
+    finding = input_ceiling(rec)
+    assert finding.severity == "warning"
+    assert finding.title.startswith("The loop's waits put the input's cost at 84% of its time, but with its input")
+    assert "Trust the measured figure, 57%" in finding.fix and "asynchronous device" in finding.fix
+
+
+def test_waits_that_understate_the_input_say_loading_takes_from_the_step():
+    rec = make_recording(ceiling=_ceiling(real_rate=10.0, free_rate=20.0, wait_share=0.05))
+    finding = input_ceiling(rec)
+    assert finding.severity == "warning" and "takes time from the step itself" in finding.fix
+
+
+def test_input_bound_follows_the_measured_cost():
+    # waits of 40 ms against a 50 ms step read as 44% waiting, but the data-free turns ran only 3% faster
+    waiting = make_recording(wait_s=0.04, step_s=0.05)
+    assert input_bound(waiting).severity == "critical"
+    measured = make_recording(wait_s=0.04, step_s=0.05, ceiling=_ceiling(10.0, 10.3, 0.44))
+    assert input_bound(measured) is None
+    rules = [f.rule for f in diagnose(measured)]
+    assert "input-bound" not in rules and "input-ceiling" in rules
+    # and the other way round: few waits, but the input costs half the loop's time
+    hidden = make_recording(wait_s=0.001, step_s=0.05, ceiling=_ceiling(10.0, 20.0, 0.02))
+    finding = input_bound(hidden)
+    assert finding.severity == "critical" and finding.evidence["measured_input_cost"] == pytest.approx(0.5)
+
+
+def test_without_a_ceiling_nothing_is_said():
+    assert input_ceiling(make_recording()) is None
+
+
+def test_the_evidence_in_words():
+    finding = input_ceiling(make_recording(ceiling=_ceiling(10.0, 16.0, 0.4)))
+    words = evidence_words(finding.evidence)
+    assert "measured cost of the input 37.5%" in words and "its cost as the waits say 40%" in words

@@ -1,0 +1,144 @@
+"""Data-free turns (tap/ceiling.py) through the tap, in this process (no workers): the real stream goes on where it
+stopped, every sample once and in order; the turns' times are the loop's, from one delivery to the next."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from loaderdoctor.plain.data import dataclass_from_dict
+from loaderdoctor.tap.ceiling import DEFAULT_STEPS, Ceiling, CeilingTurns, Turn, turn_plan
+from loaderdoctor.tap.iterator import BatchDelivered, BatchReplayed, Tap
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Counting(IterableDataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+
+def _tapped(loader: DataLoader, steps: int | None, start_after: int = 3) -> tuple[Tap, list]:
+    events: list = []
+    tap = Tap(loader, [events.append], start_method=None)
+    tap.ceiling = CeilingTurns(turn_plan(steps, num_workers=0, prefetch_factor=None), start_after)
+    return tap, events
+
+
+def _loop(tap: Tap, epochs: int) -> list[torch.Tensor]:
+    seen = []
+    for epoch in range(epochs):
+        for batch in tap.epoch(epoch):
+            seen.append(batch)
+    return seen
+
+
+def _real_stream(seen: list[torch.Tensor]) -> list[int]:
+    """What the loader delivered: the loop's batches less each one handed again (the same object once more)."""
+    kept = [batch for n, batch in enumerate(seen) if n == 0 or batch is not seen[n - 1]]
+    return [int(v) for batch in kept for v in batch]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_map_style_stream_under_data_free_turns_is_the_stream_without_them(shuffle):
+    def loader() -> DataLoader:
+        generator = torch.Generator().manual_seed(7)
+        return DataLoader(range(240), batch_size=4, shuffle=shuffle, generator=generator)
+
+    once = loader()
+    plain = [int(v) for epoch in range(2) for batch in once for v in batch]
+    tap, events = _tapped(loader(), steps=30)
+    seen = _loop(tap, epochs=2)
+    assert _real_stream(seen) == plain  # every sample once, in the order the seeded sampler gives
+    ceiling = tap.ceiling.ceiling
+    assert ceiling.data_free_steps == 30 == len(seen) - len(plain) // 4
+    assert sum(isinstance(e, BatchReplayed) for e in events) == 30
+    assert sum(isinstance(e, BatchDelivered) for e in events) == 120  # the loader's batches only
+
+
+def test_an_iterable_stream_under_data_free_turns_is_the_stream_without_them():
+    plain = [int(v) for batch in DataLoader(Counting(600), batch_size=5) for v in batch]
+    tap, _ = _tapped(DataLoader(Counting(600), batch_size=5), steps=None)
+    seen = _loop(tap, epochs=1)
+    assert _real_stream(seen) == plain
+    assert tap.ceiling.ceiling.data_free_steps == DEFAULT_STEPS
+
+
+def test_the_turns_alternate_and_a_data_free_turn_hands_the_last_real_batch_again():
+    tap, _ = _tapped(DataLoader(range(400), batch_size=2), steps=15, start_after=2)
+    seen = _loop(tap, epochs=1)
+    turn = tap.ceiling.ceiling.turn_steps
+    assert turn == 5
+    # two warm-up deliveries, a real turn, then a data-free one: five times the batch the real turn ended with
+    first_free = 2 + turn
+    assert all(batch is seen[first_free - 1] for batch in seen[first_free : first_free + turn])
+    # then the loader again, where it was: the batch after the one handed again
+    assert [int(v) for v in seen[first_free + turn]] == [int(v) + 2 for v in seen[first_free - 1]]
+    assert _real_stream(seen) == list(range(400))
+
+
+def test_each_turn_is_timed_from_delivery_to_delivery_within_an_epoch():
+    clock = FakeClock()
+    ceiling = Ceiling(data_free_steps=0, turn_steps=4, refill=0, turns=[Turn("real"), Turn("data-free"), Turn("real")])
+    turns = CeilingTurns(ceiling, start_after=1)
+    batch = object()
+    for step in range(1 + 3 * 4):
+        replay = turns.replay()
+        kind = "data-free" if replay is not None else "real"
+        clock.now += 0.01 if kind == "data-free" else 0.04  # a 10 ms step, and 30 ms of waiting for real data
+        turns.delivered(
+            0, replay if replay is not None else batch, 0.0 if replay else 0.03, clock.now, replayed=replay is not None
+        )
+        if step == 0:
+            assert replay is None  # the warm-up
+    real, free, real_again = ceiling.turns
+    assert (real.intervals, free.intervals, real_again.intervals) == (4, 4, 4)
+    assert ceiling.rate("real") == pytest.approx(25.0) and ceiling.rate("data-free") == pytest.approx(100.0)
+    assert real.wait_s == pytest.approx(0.12) and free.wait_s == 0.0
+    assert ceiling.pair_speedups() == pytest.approx([4.0])
+    assert ceiling.data_free_steps == 4 and ceiling.complete
+    assert turns.replay() is None  # past the plan: the loader's turn for good, its batch let go
+    assert turns._last_batch is None
+
+
+def test_a_real_turn_after_a_data_free_one_leaves_out_the_batches_the_workers_had_ready():
+    ceiling = Ceiling(data_free_steps=0, turn_steps=6, refill=2, turns=[Turn("real"), Turn("data-free"), Turn("real")])
+    turns = CeilingTurns(ceiling, start_after=1)
+    now = 0.0
+    for _ in range(1 + 3 * 6):
+        replay = turns.replay()
+        now += 0.01
+        turns.delivered(0, replay or "batch", 0.0, now, replayed=replay is not None)
+    assert [t.intervals for t in ceiling.turns] == [6, 6, 4]
+
+
+def test_no_interval_runs_across_an_epochs_end():
+    ceiling = Ceiling(data_free_steps=0, turn_steps=10, refill=0, turns=[Turn("real")])
+    turns = CeilingTurns(ceiling, start_after=0)
+    for n, epoch in zip(range(10), itertools.chain([0] * 5, [1] * 5), strict=True):
+        if n == 5:
+            turns.left_epoch()
+        turns.delivered(epoch, "batch", 0.0, n * (10.0 if n == 5 else 1.0), replayed=False)
+    assert ceiling.turns[0].intervals == 8  # the first of each epoch starts the clock
+
+
+def test_a_ceiling_loads_back_from_its_json():
+    ceiling = turn_plan(30, num_workers=2, prefetch_factor=2)
+    ceiling.turns[0].intervals, ceiling.turns[0].seconds = 3, 0.5
+    assert dataclass_from_dict(Ceiling, json.loads(json.dumps(dataclasses.asdict(ceiling)))) == ceiling
+    assert ceiling.refill == 4 and ceiling.turn_steps == 10
+    assert [t.kind for t in ceiling.turns] == ["real", "data-free"] * 3 + ["real"]
