@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from loaderdoctor.commands.arguments import add_history_arg, count
+from loaderdoctor.commands.running import log_to_trackers
 from loaderdoctor.commands.showing import as_saved, html_file, render_console
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.history.keep import keep_loader_run
@@ -23,8 +24,9 @@ from loaderdoctor.report import Report
 from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.tap.signals import child_deaths_quiet
+from loaderdoctor.watch.job import JobRun, disarm_inherited, run_job
 from loaderdoctor.watch.ranks import RanksRun, run_ranks
-from loaderdoctor.watch.script import Script, ScriptRun, run_script
+from loaderdoctor.watch.script import Script, ScriptRun
 from loaderdoctor.watch.scriptloaders import EveryLoader
 
 NAME = "run"
@@ -91,10 +93,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_rank_count(args.nproc_per_node, "--nproc-per-node")
     script = _script(args)
     topology = Topology(args.nproc_per_node, args.nnodes, args.node_rank, args.rdzv_endpoint)
+    disarm_inherited()  # started by a job's process: this run watches its own script
     if topology.world_size > 1:
-        result = run_ranks(script, topology, guarded=args.guard, name=args.name)
-    else:
-        result = run_script(script, EveryLoader(guarded=args.guard, name=args.name))
+        result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name)
+    else:  # the processes the script starts (Lightning's ranks, mp.spawn's, torchrun's) watch their own loaders
+        result = run_job(script, EveryLoader(guarded=args.guard, name=args.name), guarded=args.guard, name=args.name)
     try:
         with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
             _summarize(result, script, args, err)
@@ -116,7 +119,7 @@ def _script(args: argparse.Namespace) -> Script:
 
 
 def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err: Console) -> None:
-    """The summary on stderr, the runs kept in the history, the --json and --html files."""
+    """The summary on stderr, the runs kept in the history, the --json and --html files, the --log-to trackers."""
     if not args.no_history:
         for loader in result.loaders:
             keep_loader_run(NAME, loader.report, loader.started_at, loader.host, script.words())
@@ -131,6 +134,8 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
         which = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
         err.print(f"loaderdoctor run: {which} wrote nothing of what {'it' if len(silent) == 1 else 'they'} "
                   "measured: ended before writing it, or never started", markup=False)  # fmt: skip
+    for unwatched in result.unwatched if isinstance(result, JobRun) else []:
+        err.print(f"loaderdoctor run: {unwatched.words()}", markup=False)
     if result.ended_by is not None:
         err.print(f"loaderdoctor run: the script was ended by {result.ended_by}; the diagnosis covers what it "
                   f"measured until then (exit status {result.exit_status})", markup=False)  # fmt: skip
@@ -140,3 +145,4 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
     if args.html is not None:
         html.write_page(report_page(report), args.html)
         err.print(f"HTML report written to {args.html}", highlight=False, markup=False)
+    log_to_trackers(report, args.log_to, err)

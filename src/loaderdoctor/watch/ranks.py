@@ -208,11 +208,26 @@ def _written(work: Path) -> tuple[dict[int, list[LoaderRun]], dict[int, str]]:
     hosts: dict[int, str] = {}
     for path in work.glob("rank*.json"):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            data = json.loads(path.read_text())
-            rank = int(data["rank"])
-            loaders[rank] = [LoaderRun.from_dict(item) for item in data["loaders"]]
-            hosts[rank] = str(data["host"])
+            fields, runs = read_runs(path)
+            rank = int(fields["rank"])
+            loaders[rank], hosts[rank] = runs, str(fields["host"])
     return loaders, hosts
+
+
+def write_runs(out: Path, runs: list[LoaderRun], **fields: Any) -> None:
+    """What a process measured (its loaders), with `fields` (its rank, its host...), written to `out` whole or not
+    at all, for the process that launched it to read (read_runs). OSError or ValueError when it cannot be."""
+    written = {**fields, "loaders": [run.to_dict() for run in runs]}
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(written))
+    tmp.replace(out)
+
+
+def read_runs(path: Path) -> tuple[dict[str, Any], list[LoaderRun]]:
+    """The fields and the loaders that write_runs wrote to `path` (OSError, ValueError, KeyError or TypeError when
+    they cannot be read)."""
+    data = json.loads(path.read_text())
+    return data, [LoaderRun.from_dict(item) for item in data.pop("loaders")]
 
 
 def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
@@ -261,17 +276,10 @@ def _rank_main(argv: list[str]) -> int:
 def _write_rank_run(run: ScriptRun, rank: int) -> int:
     """What the rank measured, written for the launching node; the rank's exit status."""
     out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
-    written: dict[str, Any] = {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "loaders": [r.to_dict() for r in run.loaders],
-    }
     try:
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(written))
-        tmp.replace(out)
+        write_runs(out, run.loaders, rank=rank, host=socket.gethostname())
     except (OSError, ValueError) as error:
-        print(f"loaderdoctor run: rank {written['rank']} could not write what it measured: {error}", file=sys.stderr)
+        print(f"loaderdoctor run: rank {rank} could not write what it measured: {error}", file=sys.stderr)
     return run.exit_status
 
 
