@@ -6,8 +6,11 @@ at its end a summary on stderr (the script's own output untouched), the runs kep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -23,9 +26,10 @@ from loaderdoctor.render.kinds import report_page
 from loaderdoctor.report import Report
 from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
+from loaderdoctor.tap.ceiling import DEFAULT_STEPS
 from loaderdoctor.tap.signals import child_deaths_quiet
 from loaderdoctor.watch.job import JobRun, disarm_inherited, run_job
-from loaderdoctor.watch.ranks import RanksRun, run_ranks
+from loaderdoctor.watch.ranks import CEILING_ENV, RanksRun, ceiling_env, run_ranks
 from loaderdoctor.watch.script import Script, ScriptRun
 from loaderdoctor.watch.scriptloaders import EveryLoader
 
@@ -50,6 +54,10 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="put before each loader's name (train.py:41): runs are compared by name")  # fmt: skip
     parser.add_argument("--guard", action="store_true",
                         help="also guard every loader (never waits forever, never loses a sample)")  # fmt: skip
+    parser.add_argument("--ceiling", type=_ceiling_steps, nargs="?", const=True, default=False, metavar="STEPS",
+                        help="measure the job's ceiling: after the first epoch's start-up, for STEPS steps in turns "
+                        f"(default {DEFAULT_STEPS}) each loader hands the loop the batch it got last, then goes on "
+                        "where it stopped; those steps train on repeated batches (a diagnostic run)")  # fmt: skip
     parser.add_argument("--json", type=html_file, default=None, metavar="FILE",
                         help="also write the diagnosis as JSON (schema loaderdoctor.check/1) to FILE")  # fmt: skip
     parser.add_argument("--html", type=html_file, default=None, metavar="FILE",
@@ -94,10 +102,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     script = _script(args)
     topology = Topology(args.nproc_per_node, args.nnodes, args.node_rank, args.rdzv_endpoint)
     disarm_inherited()  # started by a job's process: this run watches its own script
-    if topology.world_size > 1:
-        result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name)
-    else:  # the processes the script starts (Lightning's ranks, mp.spawn's, torchrun's) watch their own loaders
-        result = run_job(script, EveryLoader(guarded=args.guard, name=args.name), guarded=args.guard, name=args.name)
+    with _environ(CEILING_ENV, ceiling_env(args.ceiling)):  # the job's processes and ranks inherit it
+        if topology.world_size > 1:
+            result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name)
+        else:  # the processes the script starts (Lightning's ranks, mp.spawn's, torchrun's) watch their own loaders
+            every = EveryLoader(guarded=args.guard, name=args.name, ceiling=args.ceiling)
+            result = run_job(script, every, guarded=args.guard, name=args.name)
     try:
         with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
             _summarize(result, script, args, err)
@@ -105,6 +115,29 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         warnings.warn(f"loaderdoctor run could not summarize the run: {type(error).__name__}: {error}",
                       LoaderDoctorWarning, stacklevel=1)  # fmt: skip
     return result.exit_status
+
+
+def _ceiling_steps(text: str) -> int:
+    if not text.isdigit() or int(text) < 3:
+        raise argparse.ArgumentTypeError(f"--ceiling takes a number of steps, 3 or more, not {text!r}")
+    return int(text)
+
+
+@contextlib.contextmanager
+def _environ(variable: str, value: str) -> Iterator[None]:
+    """`variable` set to `value` for the block (unset when empty), what was there put back after."""
+    before = os.environ.get(variable)
+    if value:
+        os.environ[variable] = value
+    else:
+        os.environ.pop(variable, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = before
 
 
 def _script(args: argparse.Namespace) -> Script:

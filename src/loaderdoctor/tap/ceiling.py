@@ -23,6 +23,7 @@ class Turn:
     """One turn of the loop, real or data-free: the intervals it measured and their time."""
 
     kind: str  # "real" or "data-free"
+    deliveries: int = 0  # planned: the loader's (or the handed-again) batches this turn takes
     intervals: int = 0  # delivery-to-delivery intervals measured (within one iterator, past a real turn's refill)
     seconds: float = 0.0
     wait_s: float = 0.0  # of those seconds, the time in next() (about 0 in a data-free turn)
@@ -34,7 +35,6 @@ class Ceiling:
     `data_free_steps` repeated batches (the JSON says so, and the report)."""
 
     data_free_steps: int  # batches handed again in the data-free turns, each trained on by the loop
-    turn_steps: int  # deliveries per turn
     refill: int  # deliveries left out at the start of a real turn that follows a data-free one
     turns: list[Turn] = field(default_factory=list)
     trained_on_repeated_batches: bool = True
@@ -85,13 +85,15 @@ class Ceiling:
 
 
 def turn_plan(steps: int | None, *, num_workers: int, prefetch_factor: int | None) -> Ceiling:
-    """The plan of turns for `steps` data-free steps (DEFAULT_STEPS when None): three data-free turns between four
-    real ones, each long enough to measure past a real turn's refill (the batches the workers had ready)."""
+    """The plan of turns for `steps` data-free steps in all (DEFAULT_STEPS when None): three data-free turns that
+    share them between four real ones, each real turn as long as a data-free one and long enough to measure
+    MIN_TURN_STEPS past its refill (the batches the workers had ready)."""
     refill = num_workers * (prefetch_factor or 2) if num_workers else 0
     total = DEFAULT_STEPS if steps is None else steps
-    turn_steps = max(MIN_TURN_STEPS + refill, -(-total // 3))
-    turns = [Turn("data-free" if n % 2 else "real") for n in range(7)]
-    return Ceiling(data_free_steps=0, turn_steps=turn_steps, refill=refill, turns=turns)
+    free = [total // 3 + (1 if n < total % 3 else 0) for n in range(3)]
+    real = max(MIN_TURN_STEPS, max(free)) + refill
+    turns = [Turn("data-free", free[n // 2]) if n % 2 else Turn("real", real) for n in range(7)]
+    return Ceiling(data_free_steps=0, refill=refill, turns=turns)
 
 
 class CeilingTurns:
@@ -109,10 +111,14 @@ class CeilingTurns:
 
     def _turn(self, step: int) -> tuple[int, int] | None:
         """The turn number of a delivery and its place in the turn; None outside the turns."""
-        if step < self.start_after:
+        place = step - self.start_after
+        if place < 0:
             return None
-        number, place = divmod(step - self.start_after, self.ceiling.turn_steps)
-        return (number, place) if number < len(self.ceiling.turns) else None
+        for number, turn in enumerate(self.ceiling.turns):
+            if place < turn.deliveries:
+                return number, place
+            place -= turn.deliveries
+        return None
 
     def replay(self) -> Any:
         """The batch to hand the loop at this next() instead of a new one, or None (the real loader's turn)."""

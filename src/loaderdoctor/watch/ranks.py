@@ -36,6 +36,8 @@ from loaderdoctor.watch.scriptloaders import EveryLoader, LoaderRun
 RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
 GUARD_ENV = "LOADERDOCTOR_RUN_GUARD"
 NAME_ENV = "LOADERDOCTOR_RUN_NAME"
+# run --ceiling [STEPS]: "" off, "default", or the data-free steps; read by the ranks and the job's processes alike
+CEILING_ENV = "LOADERDOCTOR_RUN_CEILING"
 # After a rank fails, or a signal came, how long the ranks get to end (and write what they measured) before SIGKILL.
 SHUTDOWN_TIMEOUT_S = 30
 RENDEZVOUS_TIMEOUT_S = 900
@@ -267,10 +269,26 @@ def _rank_main(argv: list[str]) -> int:
     rest = argv[1:] if module else argv
     script = Script(rest[0], tuple(rest[1:]), module=module)
     rank = int(os.environ["RANK"])  # the launcher's; run_ranks launches only for a world of 2 ranks or more
-    every = _RankLoaders(name=os.environ.get(NAME_ENV) or None, rank=rank, guarded=bool(os.environ.get(GUARD_ENV)))
+    every = _RankLoaders(
+        name=os.environ.get(NAME_ENV) or None,
+        rank=rank,
+        guarded=bool(os.environ.get(GUARD_ENV)),
+        ceiling=ceiling_from_env(),
+    )
     run = run_script(script, every)
     with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
         return _write_rank_run(run, rank)
+
+
+def ceiling_env(ceiling: bool | int) -> str:
+    """run's --ceiling as CEILING_ENV carries it to the processes of the job."""
+    return "" if ceiling is False else "default" if ceiling is True else str(ceiling)
+
+
+def ceiling_from_env() -> bool | int:
+    """The --ceiling of the run that started this process (see ceiling_env); False when there is none."""
+    value = os.environ.get(CEILING_ENV, "")
+    return True if value == "default" else int(value) if value.isdigit() else False
 
 
 def _write_rank_run(run: ScriptRun, rank: int) -> int:

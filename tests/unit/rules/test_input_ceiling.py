@@ -19,8 +19,10 @@ def _ceiling(real_rate: float, free_rate: float, wait_share: float) -> Ceiling:
         kind = "data-free" if n % 2 else "real"
         rate = free_rate if kind == "data-free" else real_rate
         seconds = 20 / rate
-        turns.append(Turn(kind, 20, seconds, wait_share * seconds if kind == "real" else 0.0))
-    return Ceiling(data_free_steps=60, turn_steps=20, refill=4, turns=turns)
+        turns.append(
+            Turn(kind, 24 if kind == "real" else 20, 20, seconds, wait_share * seconds if kind == "real" else 0.0)
+        )
+    return Ceiling(data_free_steps=60, refill=4, turns=turns)
 
 
 def test_a_measured_cost_the_waits_agree_with_is_said_as_it_is():

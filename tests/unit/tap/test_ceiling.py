@@ -81,8 +81,8 @@ def test_an_iterable_stream_under_data_free_turns_is_the_stream_without_them():
 def test_the_turns_alternate_and_a_data_free_turn_hands_the_last_real_batch_again():
     tap, _ = _tapped(DataLoader(range(400), batch_size=2), steps=15, start_after=2)
     seen = _loop(tap, epochs=1)
-    turn = tap.ceiling.ceiling.turn_steps
-    assert turn == 5
+    turn = tap.ceiling.ceiling.turns[1].deliveries
+    assert turn == 5 and tap.ceiling.ceiling.turns[0].deliveries == 5  # no workers: nothing to refill
     # two warm-up deliveries, a real turn, then a data-free one: five times the batch the real turn ended with
     first_free = 2 + turn
     assert all(batch is seen[first_free - 1] for batch in seen[first_free : first_free + turn])
@@ -93,7 +93,7 @@ def test_the_turns_alternate_and_a_data_free_turn_hands_the_last_real_batch_agai
 
 def test_each_turn_is_timed_from_delivery_to_delivery_within_an_epoch():
     clock = FakeClock()
-    ceiling = Ceiling(data_free_steps=0, turn_steps=4, refill=0, turns=[Turn("real"), Turn("data-free"), Turn("real")])
+    ceiling = Ceiling(data_free_steps=0, refill=0, turns=[Turn("real", 4), Turn("data-free", 4), Turn("real", 4)])
     turns = CeilingTurns(ceiling, start_after=1)
     batch = object()
     for step in range(1 + 3 * 4):
@@ -116,7 +116,7 @@ def test_each_turn_is_timed_from_delivery_to_delivery_within_an_epoch():
 
 
 def test_a_real_turn_after_a_data_free_one_leaves_out_the_batches_the_workers_had_ready():
-    ceiling = Ceiling(data_free_steps=0, turn_steps=6, refill=2, turns=[Turn("real"), Turn("data-free"), Turn("real")])
+    ceiling = Ceiling(data_free_steps=0, refill=2, turns=[Turn("real", 6), Turn("data-free", 6), Turn("real", 6)])
     turns = CeilingTurns(ceiling, start_after=1)
     now = 0.0
     for _ in range(1 + 3 * 6):
@@ -127,7 +127,7 @@ def test_a_real_turn_after_a_data_free_one_leaves_out_the_batches_the_workers_ha
 
 
 def test_no_interval_runs_across_an_epochs_end():
-    ceiling = Ceiling(data_free_steps=0, turn_steps=10, refill=0, turns=[Turn("real")])
+    ceiling = Ceiling(data_free_steps=0, refill=0, turns=[Turn("real", 10)])
     turns = CeilingTurns(ceiling, start_after=0)
     for n, epoch in zip(range(10), itertools.chain([0] * 5, [1] * 5), strict=True):
         if n == 5:
@@ -140,5 +140,7 @@ def test_a_ceiling_loads_back_from_its_json():
     ceiling = turn_plan(30, num_workers=2, prefetch_factor=2)
     ceiling.turns[0].intervals, ceiling.turns[0].seconds = 3, 0.5
     assert dataclass_from_dict(Ceiling, json.loads(json.dumps(dataclasses.asdict(ceiling)))) == ceiling
-    assert ceiling.refill == 4 and ceiling.turn_steps == 10
-    assert [t.kind for t in ceiling.turns] == ["real", "data-free"] * 3 + ["real"]
+    assert ceiling.refill == 4
+    assert [(t.kind, t.deliveries) for t in ceiling.turns] == [("real", 14), ("data-free", 10)] * 3 + [("real", 14)]
+    uneven = turn_plan(16, num_workers=0, prefetch_factor=None)  # the steps asked for, shared out exactly
+    assert [t.deliveries for t in uneven.turns if t.kind == "data-free"] == [6, 5, 5]

@@ -1,0 +1,191 @@
+"""`loaderdoctor run --ceiling` against plain loops (issue 36's done-when): the ceiling the tool measures in a
+script's data-free turns, and the input's cost, against what a plain loop feeding one cached batch measures beside
+the real loop, in turns.
+
+Usage: python benchmarks/ceiling_vs_plain.py [--rounds N] [MODE ...]
+
+Modes: `starved` (the built-in starved training script, examples/starved_train.py, run by the tool as it is with
+--epochs 10: samples decoded in the main process, a 20 ms sleep for the step; the plain loops use its loader and
+step), `storage` (the starved scenario's dataset and settings: every sample waits ~8 ms on storage, 2 workers; a
+20 ms CPU step) and `compute-bound` (the healthy scenario's, with a 60 ms CPU step); those two with 1,536 samples,
+so that an epoch is longer than the turns. For each mode, a training script
+(written to a temporary folder) runs its loop for a fixed number of epochs. Then, in turns, `rounds` times:
+  - the tool: `loaderdoctor run --ceiling --json F script.py`: its ceiling (batches/s with the input taken away),
+    the rate of its real turns and the input's cost (1 - real / ceiling);
+  - the plain loops, in one process: the real loop and a loop that trains on one cached batch (the last the loader
+    delivered) in turns of 3 s (real, cached, real, cached, real), whose rates give the plain ceiling and cost.
+The table gives each round's figures and the ratio tool / plain of the ceiling (goal: within 10%), and the
+difference of the input's cost in points (goal: within 10). It measures and prints; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# mode: (whose loader, step ms, epochs); "example" is examples/starved_train.py, which the tool runs as it is
+MODES = {"starved": ("example", 20, 10), "storage": ("storage", 20, 3), "compute-bound": ("healthy", 60, 4)}
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "starved_train.py"
+
+SCRIPT = """\
+import sys, time
+import torch
+from torch.utils.data import DataLoader
+from loaderdoctor.scenarios._pipelines import ImageDataset
+from loaderdoctor.scenarios.starved import RemoteImages
+
+SCENARIO, STEP_MS, EPOCHS = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+MODE = sys.argv[4] if len(sys.argv) > 4 else "train"
+WEIGHT = torch.randn(256, 256)
+torch.set_num_threads(1)
+
+
+def calibrated() -> int:
+    x = torch.randn(64, 256)
+    started, n = time.perf_counter(), 0
+    while time.perf_counter() - started < 0.3:
+        x = torch.tanh(x @ WEIGHT)
+        n += 1
+    return max(1, round(n * STEP_MS / 300))
+
+
+PASSES = calibrated()
+
+
+def step(batch) -> None:
+    if SCENARIO == "example":
+        time.sleep(STEP_MS / 1000)  # the example's step: a sleep standing for an accelerator's
+        return
+    x = torch.randn(64, 256)
+    for _ in range(PASSES):
+        x = torch.tanh(x @ WEIGHT)
+
+
+def train(loader) -> None:
+    for _ in range(EPOCHS):
+        for batch in loader:
+            step(batch)
+
+
+def turns(loader, turn_s: float = 3.0) -> None:
+    # real, cached, real, cached, real: the cached loop trains on the last batch the loader delivered
+    stream = iter(loader)
+    def real_batch():
+        nonlocal stream
+        try:
+            return next(stream)
+        except StopIteration:
+            stream = iter(loader)
+            return next(stream)
+    last = real_batch()
+    for _ in range(5):
+        step(last)  # warm up
+        last = real_batch()
+    rates = {"real": [], "cached": []}
+    for n in range(5):
+        kind = "cached" if n % 2 else "real"
+        started, steps = time.perf_counter(), 0
+        while time.perf_counter() - started < turn_s:
+            batch = last if kind == "cached" else real_batch()
+            step(batch)
+            steps += 1
+            if kind == "real":
+                last = batch
+        rates[kind].append(steps / (time.perf_counter() - started))
+    print("TURNS", rates["real"], rates["cached"], flush=True)
+
+
+# The scenarios' datasets and settings, with more samples, so that an epoch holds more than the turns' steps
+if SCENARIO == "example":  # examples/starved_train.py's loader: decoded in the main process
+    sys.path.insert(0, sys.argv[5])
+    from starved_train import Decoded
+    loader = DataLoader(Decoded(), batch_size=32, shuffle=True)
+elif SCENARIO == "storage":
+    dataset = RemoteImages(count=1536, size=80, crop=64)
+    loader = DataLoader(dataset, batch_size=16, num_workers=2, persistent_workers=True)
+else:
+    dataset = ImageDataset(count=1536, size=112, crop=96)
+    loader = DataLoader(dataset, batch_size=32, num_workers=2, persistent_workers=True)
+(turns if MODE == "turns" else train)(loader)
+"""
+
+
+def _tool(script: Path, mode: str, work: Path) -> dict:
+    scenario, step_ms, epochs = MODES[mode]
+    out = work / f"{mode}.json"
+    env = {**os.environ, "LOADERDOCTOR_HOME": str(work / "home")}
+    command = [sys.executable, "-m", "loaderdoctor", "run", "--ceiling", "--json", str(out), "--no-history"]
+    trained = (
+        [str(EXAMPLE), "--epochs", str(epochs)]
+        if scenario == "example"
+        else [str(script), scenario, str(step_ms), str(epochs)]
+    )
+    subprocess.run(
+        [*command, *trained],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    document = json.loads(out.read_text())
+    (loader,) = document["loaders"].values()
+    return loader["measurements"]["ceiling"]
+
+
+def _turn_rates(stdout: str) -> tuple[float, float]:
+    line = next(line for line in stdout.splitlines() if line.startswith("TURNS"))
+    real_text, cached_text = line[len("TURNS ") :].split("] [")
+    real = [float(v) for v in real_text.strip("[]").split(",")]
+    cached = [float(v) for v in cached_text.strip("[]").split(",")]
+    return statistics.mean(real), statistics.mean(cached)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("modes", nargs="*", default=list(MODES))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ceiling-bench-") as folder:
+        work = Path(folder)
+        script = work / "train.py"
+        script.write_text(SCRIPT)
+        print(
+            f"{'mode':<14} {'round':>5}  {'tool ceiling':>12} {'plain':>8} {'ratio':>6}   "
+            f"{'tool cost':>9} {'plain':>6} {'points':>6}   {'waits said':>10}"
+        )
+        for mode in args.modes:
+            scenario, step_ms, epochs = MODES[mode]
+            for round_ in range(1, args.rounds + 1):
+                started = time.perf_counter()
+                tool = _tool(script, mode, work)
+                plain_run = subprocess.run(
+                    [sys.executable, str(script), scenario, str(step_ms), str(epochs), "turns", str(EXAMPLE.parent)],
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    check=True,
+                )
+                real, cached = _turn_rates(plain_run.stdout)
+                plain_cost = max(0.0, 1 - real / cached)
+                ratio = tool["ceiling_batches_per_s"] / cached
+                points = (tool["input_cost"] - plain_cost) * 100
+                print(
+                    f"{mode:<14} {round_:>5}  {tool['ceiling_batches_per_s']:>12.1f} {cached:>8.1f} {ratio:>6.2f}   "
+                    f"{tool['input_cost'] * 100:>8.0f}% {plain_cost * 100:>5.0f}% {points:>+6.1f}   "
+                    f"{tool['wait_model_input_cost'] * 100:>9.0f}%   ({time.perf_counter() - started:.0f} s; tool "
+                    f"real {tool['real_batches_per_s']:.1f}, plain real {real:.1f} b/s; "
+                    f"{tool['data_free_steps']} data-free steps)",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
