@@ -9,8 +9,9 @@ For each mode, in one process: the real loop and a data-free loop (the last batc
 delivered it: pinned, on the CPU, copied with non_blocking each step, so the loop, the model and the step are the
 same) in turns of --turn-s seconds, real first, so that drift cancels; the device synchronized at each turn's end.
 The measured ceiling is the data-free rate over the real rate. The wait model's estimate is what a reading of the
-loop's waits gives: 1 / (1 - time in next() / time of the turn), over the same real turns. Then `loaderdoctor run`
-on the same script (plain epochs) for the tool's own reading of the waits (wait_fraction and main finding).
+loop's waits gives: 1 / (1 - time in next() / time of the turn), over the same real turns. Then `loaderdoctor run
+--ceiling` on the same script (plain epochs) for the tool's own figures: its ceiling measured in the script's
+data-free turns (to set beside the measured ceiling), the waits' reading, wait_fraction and the main finding.
 The benchmark measures and prints; it asserts nothing.
 """
 
@@ -145,14 +146,18 @@ def tool_reading(mode: str, epochs: int) -> dict[str, object]:
         out = Path(folder) / "run.json"
         env = {**os.environ, "LOADERDOCTOR_HOME": folder}
         result = subprocess.run(
-            [sys.executable, "-m", "loaderdoctor", "run", "--no-history", "--json", str(out), str(HERE), "--train",
-             mode, "--epochs", str(epochs)], capture_output=True, text=True, env=env, timeout=300,
+            [sys.executable, "-m", "loaderdoctor", "run", "--ceiling", "--no-history", "--json", str(out), str(HERE),
+             "--train", mode, "--epochs", str(epochs)], capture_output=True, text=True, env=env, timeout=300,
         )  # fmt: skip
         if not out.exists():
             return {"error": (result.stderr or result.stdout)[-800:]}
         loader = next(iter(json.loads(out.read_text())["loaders"].values()))
         findings = loader.get("findings") or []
+        ceiling = loader["measurements"].get("ceiling") or {}
         return {
+            "ceiling_speedup": ceiling.get("speedup"),  # run --ceiling's data-free turns, in the script itself
+            "input_cost": ceiling.get("input_cost"),
+            "wait_model_input_cost": ceiling.get("wait_model_input_cost"),
             "wait_fraction": loader["measurements"].get("wait_fraction"),
             "batches_per_s": loader["measurements"].get("batches_per_s"),
             "finding": f"{findings[0]['rule']} ({findings[0]['severity']})" if findings else "none",
@@ -163,7 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modes", nargs="*", default=list(MODES))
     parser.add_argument("--train", choices=list(MODES))
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)  # enough for --ceiling's turns (64 batches an epoch)
     parser.add_argument("--turn-s", type=float, default=3.0)
     parser.add_argument("--turns", type=int, default=3)
     args = parser.parse_args()
