@@ -168,6 +168,31 @@ def test_two_ranks_one_slow_switch_at_the_same_step_and_both_end(tmp_path):
         assert ceiling["data_free_steps"] == 12 and ceiling["ceiling_batches_per_s"] > 0
 
 
+LONG = """\
+import torch
+from torch.utils.data import DataLoader
+
+steps = 0
+try:
+    for epoch in range(1000):  # far longer than the turns
+        for batch in DataLoader(torch.arange(4000), batch_size=4, num_workers=1, persistent_workers=True):
+            steps += 1
+finally:
+    print(f"cleaned up after {steps} steps", flush=True)
+"""
+
+
+def test_ceiling_only_ends_the_script_once_the_turns_are_done(tmp_path):
+    (tmp_path / "long.py").write_text(LONG)
+    result = _run(["--ceiling-only", "--no-history", "--json", "out.json", "long.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    steps = int(result.stdout.split("cleaned up after ")[1].split()[0])
+    assert 60 < steps < 400  # the default 60 data-free steps and the real turns around them, then the end
+    assert "the ceiling is measured (60 data-free steps): the run ends here" in result.stderr
+    (loader,) = json.loads((tmp_path / "out.json").read_text())["loaders"].values()
+    assert loader["measurements"]["ceiling"]["complete"]
+
+
 def test_the_option_is_checked(tmp_path):
     (tmp_path / "starved.py").write_text(textwrap.dedent(STARVED))
     result = _run(["--ceiling", "2", "starved.py"], tmp_path)

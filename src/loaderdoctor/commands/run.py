@@ -58,6 +58,9 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="measure the job's ceiling: after the first epoch's start-up, for STEPS steps in turns "
                         f"(default {DEFAULT_STEPS}) each loader hands the loop the batch it got last, then goes on "
                         "where it stopped; those steps train on repeated batches (a diagnostic run)")  # fmt: skip
+    parser.add_argument("--ceiling-only", action="store_true",
+                        help="with --ceiling: end the script (exit status 0, its clean-up run) once the turns are "
+                        "done")  # fmt: skip
     parser.add_argument("--json", type=html_file, default=None, metavar="FILE",
                         help="also write the diagnosis as JSON (schema loaderdoctor.check/1) to FILE")  # fmt: skip
     parser.add_argument("--html", type=html_file, default=None, metavar="FILE",
@@ -102,11 +105,17 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     script = _script(args)
     topology = Topology(args.nproc_per_node, args.nnodes, args.node_rank, args.rdzv_endpoint)
     disarm_inherited()  # started by a job's process: this run watches its own script
-    with _environ(CEILING_ENV, ceiling_env(args.ceiling)):  # the job's processes and ranks inherit it
+    if args.ceiling_only and args.ceiling is False:
+        args.ceiling = True  # --ceiling-only says --ceiling too
+    with _environ(
+        CEILING_ENV, ceiling_env(args.ceiling, args.ceiling_only)
+    ):  # the job's processes and ranks inherit it
         if topology.world_size > 1:
             result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name)
         else:  # the processes the script starts (Lightning's ranks, mp.spawn's, torchrun's) watch their own loaders
-            every = EveryLoader(guarded=args.guard, name=args.name, ceiling=args.ceiling)
+            every = EveryLoader(
+                guarded=args.guard, name=args.name, ceiling=args.ceiling, ceiling_only=args.ceiling_only
+            )
             result = run_job(script, every, guarded=args.guard, name=args.name)
     try:
         with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here

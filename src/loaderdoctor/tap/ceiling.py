@@ -11,6 +11,7 @@ those batches come at once."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,14 +97,23 @@ def turn_plan(steps: int | None, *, num_workers: int, prefetch_factor: int | Non
     return Ceiling(data_free_steps=0, refill=refill, turns=turns)
 
 
+class CeilingMeasured(SystemExit):
+    """Raised by next() once the turns are done, when the run was asked to stop there (`run --ceiling-only`): an
+    exit of status 0, so that the script's own clean-up runs and the summary follows."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
 class CeilingTurns:
     """The turns of one loader, kept across its epochs by its tap: which deliveries are data-free, the batch to
     hand again, and each turn's time. `start_after` deliveries (the first epoch's start-up and a few steady
     batches) go by before the first turn."""
 
-    def __init__(self, ceiling: Ceiling, start_after: int) -> None:
+    def __init__(self, ceiling: Ceiling, start_after: int, *, stop_when_done: bool = False) -> None:
         self.ceiling = ceiling
         self.start_after = start_after
+        self.stop_when_done = stop_when_done
         self.step = 0  # deliveries so far, real and data-free
         self._last_batch: Any = None
         self._last_at: float | None = None
@@ -120,8 +130,20 @@ class CeilingTurns:
             place -= turn.deliveries
         return None
 
+    @property
+    def done(self) -> bool:
+        """Whether every turn has gone by."""
+        return self.step >= self.start_after + sum(t.deliveries for t in self.ceiling.turns)
+
     def replay(self) -> Any:
-        """The batch to hand the loop at this next() instead of a new one, or None (the real loader's turn)."""
+        """The batch to hand the loop at this next() instead of a new one, or None (the real loader's turn).
+        Raises CeilingMeasured past the turns when the run stops there."""
+        if self.stop_when_done and self.done:
+            logging.getLogger("loaderdoctor").warning(
+                "loaderdoctor: the ceiling is measured (%d data-free steps): the run ends here",
+                self.ceiling.data_free_steps,
+            )
+            raise CeilingMeasured
         turn = self._turn(self.step)
         if turn is None or self.ceiling.turns[turn[0]].kind != "data-free":
             return None

@@ -17,7 +17,14 @@ from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_thread
 from loaderdoctor.watch.jobhook import RESULT_FILE, rank_from_environment
-from loaderdoctor.watch.ranks import GUARD_ENV, NAME_ENV, _RankLoaders, ceiling_from_env, write_runs
+from loaderdoctor.watch.ranks import (
+    GUARD_ENV,
+    NAME_ENV,
+    _RankLoaders,
+    ceiling_from_env,
+    ceiling_only_from_env,
+    write_runs,
+)
 
 Register = Callable[[int | None], None]
 
@@ -50,7 +57,8 @@ def watch_here(folder: str, register: Register) -> JobProcessLoaders:
     """Watch every loader this process makes from now on, and write them to `folder` at its exit; `register`
     tells the job this process's rank once it is known."""
     every = JobProcessLoaders(Path(folder), register, name=os.environ.get(NAME_ENV) or None,
-                              guarded=bool(os.environ.get(GUARD_ENV)), ceiling=ceiling_from_env())  # fmt: skip
+                              guarded=bool(os.environ.get(GUARD_ENV)), ceiling=ceiling_from_env(),
+                              ceiling_only=ceiling_only_from_env())  # fmt: skip
     made = TorchDataLoader.__dict__["__init__"]
     every.install()
     # The job hook's DataLoader.__init__ notes every loader made (see jobhook._wrap), not the watch's: Lightning
@@ -72,11 +80,18 @@ class JobProcessLoaders(_RankLoaders):
     writes is noted, not obeyed)."""
 
     def __init__(
-        self, folder: Path, register: Register, *, name: str | None, guarded: bool, ceiling: bool | int = False
+        self,
+        folder: Path,
+        register: Register,
+        *,
+        name: str | None,
+        guarded: bool,
+        ceiling: bool | int = False,
+        ceiling_only: bool = False,
     ) -> None:
         self._known_rank: int | None = None
         self._register = register
-        super().__init__(name=name, guarded=guarded, ceiling=ceiling)
+        super().__init__(name=name, guarded=guarded, ceiling=ceiling, ceiling_only=ceiling_only)
         self.folder = folder
         self.pid = os.getpid()
 

@@ -274,21 +274,28 @@ def _rank_main(argv: list[str]) -> int:
         rank=rank,
         guarded=bool(os.environ.get(GUARD_ENV)),
         ceiling=ceiling_from_env(),
+        ceiling_only=ceiling_only_from_env(),
     )
     run = run_script(script, every)
     with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
         return _write_rank_run(run, rank)
 
 
-def ceiling_env(ceiling: bool | int) -> str:
-    """run's --ceiling as CEILING_ENV carries it to the processes of the job."""
-    return "" if ceiling is False else "default" if ceiling is True else str(ceiling)
+def ceiling_env(ceiling: bool | int, only: bool = False) -> str:
+    """run's --ceiling (and --ceiling-only, as "stop:") as CEILING_ENV carries it to the processes of the job."""
+    value = "" if ceiling is False else "default" if ceiling is True else str(ceiling)
+    return f"stop:{value}" if value and only else value
 
 
 def ceiling_from_env() -> bool | int:
     """The --ceiling of the run that started this process (see ceiling_env); False when there is none."""
-    value = os.environ.get(CEILING_ENV, "")
+    value = os.environ.get(CEILING_ENV, "").removeprefix("stop:")
     return True if value == "default" else int(value) if value.isdigit() else False
+
+
+def ceiling_only_from_env() -> bool:
+    """Whether the run that started this process stops once the ceiling is measured (--ceiling-only)."""
+    return os.environ.get(CEILING_ENV, "").startswith("stop:")
 
 
 def _write_rank_run(run: ScriptRun, rank: int) -> int:

@@ -51,12 +51,19 @@ class EveryLoader:
     `guarded` guards every loader; `ceiling` puts every unguarded one through data-free turns (see watch())."""
 
     def __init__(
-        self, *, name: str | None = None, rank: int | None = None, guarded: bool = False, ceiling: bool | int = False
+        self,
+        *,
+        name: str | None = None,
+        rank: int | None = None,
+        guarded: bool = False,
+        ceiling: bool | int = False,
+        ceiling_only: bool = False,
     ) -> None:
         self.name = name
         self.rank = rank
         self.guarded = guarded
         self.ceiling = ceiling
+        self.ceiling_only = ceiling_only
         self.watches: list[WatchedLoader] = []
         self._sites: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._watched: dict[Any, WatchedLoader] = {}  # loader -> its watch (which keeps the loader until close())
@@ -162,7 +169,13 @@ class EveryLoader:
             else:
                 return WatchedLoader(guarded, name, history=False, log_diagnosis=False)
         return WatchedLoader(
-            loader, name, history=False, open_iterator=original_iter, log_diagnosis=False, ceiling=self.ceiling
+            loader,
+            name,
+            history=False,
+            open_iterator=original_iter,
+            log_diagnosis=False,
+            ceiling=self.ceiling,
+            ceiling_only=self.ceiling_only,
         )
 
     def close(self) -> list[LoaderRun]:

@@ -51,6 +51,7 @@ def watch(
     history: bool = True,
     log_every_s: float = DEFAULT_LOG_EVERY_S,
     ceiling: bool | int = False,
+    ceiling_only: bool = False,
 ) -> WatchedLoader:
     """`loader`, observed in the training loop that iterates it (`for batch in watch(loader): ...`): per batch
     the wait in next() and the step after it, per epoch its start-up and rate, the workers' memory and CPU in
@@ -64,7 +65,8 @@ def watch(
     `ceiling` (True, or a number of steps; off by default) measures what the loop runs at with its input taken
     away: after the first epoch's start-up, for that many steps in turns (DEFAULT_STEPS with True) the loop is
     handed the batch it got last instead of a new one, then the loader goes on where it stopped. Those steps
-    train on repeated batches: use it on a diagnostic run (see the README)."""
+    train on repeated batches: use it on a diagnostic run (see the README). With `ceiling_only`, the loop's next()
+    ends it once the turns are done, by SystemExit(0) (loaderdoctor.tap.ceiling.CeilingMeasured)."""
     if name is None:
         caller = sys._getframe(1)
         name = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"
@@ -78,6 +80,7 @@ def watch(
         history=history,
         log_every_s=log_every_s,
         ceiling=ceiling,
+        ceiling_only=ceiling_only,
     )
 
 
@@ -110,11 +113,11 @@ def _ceiling_steps(ceiling: Any) -> int | bool | None:
     return ceiling
 
 
-def ceiling_turns(steps: int | None, settings: Settings) -> CeilingTurns:
+def ceiling_turns(steps: int | None, settings: Settings, *, stop_when_done: bool = False) -> CeilingTurns:
     """The data-free turns of a loader with these settings: they start once the first epoch's workers have each
     delivered a batch and a few steady ones came, the same step on every rank of a job."""
     plan = turn_plan(steps, num_workers=settings.num_workers, prefetch_factor=settings.prefetch_factor)
-    return CeilingTurns(plan, start_after=max(1, settings.num_workers) + MIN_TURN_STEPS)
+    return CeilingTurns(plan, start_after=max(1, settings.num_workers) + MIN_TURN_STEPS, stop_when_done=stop_when_done)
 
 
 class WatchRun:
@@ -334,6 +337,7 @@ class WatchedLoader:
         open_iterator: Callable[[DataLoader], Any] = iter,
         log_diagnosis: bool = True,
         ceiling: bool | int = False,
+        ceiling_only: bool = False,
     ) -> None:
         _check_options(loader, name, epochs, cost_per_hour, log_every_s)
         steps = _ceiling_steps(ceiling)
@@ -371,7 +375,7 @@ class WatchedLoader:
             if self._tap is None:
                 log.warning("loaderdoctor: %s is guarded: its ceiling is not measured (no data-free turns)", name)
             else:
-                self._tap.ceiling = ceiling_turns(steps, fixed)
+                self._tap.ceiling = ceiling_turns(steps, fixed, stop_when_done=ceiling_only)
                 self._run.recorder.rec.ceiling = self._tap.ceiling.ceiling  # filled in as the turns go by
         self._finalizer = weakref.finalize(self, self._run.close)
 
