@@ -19,6 +19,8 @@ from torch.utils.data import DataLoader
 from loaderdoctor.watch.scriptloaders import EveryLoader
 from loaderdoctor.watch.sites import creation_site
 
+HERE = Path(__file__).name  # loaders made in this file are named by its name and a line
+
 FRAMEWORK = """\
 from torch.utils.data.dataloader import DataLoader
 
@@ -102,7 +104,7 @@ def test_a_loader_a_framework_makes_is_named_by_its_method_and_the_users_line(fr
         assert len(list(wrapper)) == 2
     finally:
         names = _names(every)
-    assert names == [f"Trainer.get_train_dataloader (test_sites.py:{line})", f"Loader (test_sites.py:{wrapper_line})"]
+    assert names == [f"Trainer.get_train_dataloader ({HERE}:{line})", f"Loader ({HERE}:{wrapper_line})"]
 
 
 def test_a_loader_a_framework_makes_again_keeps_the_users_name_and_is_watched_once(framework):
@@ -114,7 +116,7 @@ def test_a_loader_a_framework_makes_again_keeps_the_users_name_and_is_watched_on
         assert [len(batch) for batch in prepared] == [4, 4]
     finally:
         names = _names(every)
-    assert names == [f"test_sites.py:{line}"]
+    assert names == [f"{HERE}:{line}"]
 
 
 def test_a_wrapper_of_the_constructor_or_a_subclass_does_not_hide_the_users_line(framework):
@@ -130,7 +132,7 @@ def test_a_wrapper_of_the_constructor_or_a_subclass_does_not_hide_the_users_line
         assert sum(len(b) for b in wrapped) == sum(len(b) for b in mine) == 8
     finally:
         names = _names(every)
-    assert names == [f"test_sites.py:{wrapped_line}", f"test_sites.py:{mine_line}"]
+    assert names == [f"{HERE}:{wrapped_line}", f"{HERE}:{mine_line}"]
 
 
 def test_loaders_made_at_one_place_never_share_a_name(framework):
@@ -143,7 +145,7 @@ def test_loaders_made_at_one_place_never_share_a_name(framework):
         again.train(), again.train()
     finally:
         names = _names(every)
-    site, trainer = f"test_sites.py:{line}", f"Trainer.get_train_dataloader (test_sites.py:{line + 3})"
+    site, trainer = f"{HERE}:{line}", f"Trainer.get_train_dataloader ({HERE}:{line + 3})"
     assert names == [site, f"{site}#2", f"{site}#3", trainer, f"{trainer}#2"]
     assert len(set(names)) == len(names)
 
@@ -151,4 +153,4 @@ def test_loaders_made_at_one_place_never_share_a_name(framework):
 def test_without_a_frame_there_is_no_name_and_the_users_frame_is_its_line():
     assert creation_site(None) is None
     frame = sys._getframe()  # a frame of this test: the user's own code
-    assert creation_site(frame) == f"test_sites.py:{frame.f_lineno}"
+    assert creation_site(frame) == f"{HERE}:{frame.f_lineno}"
