@@ -11,22 +11,19 @@ saving a checkpoint: on_log, on_evaluate, on_save at their ends) is set aside: n
 
 from __future__ import annotations
 
-import functools
 import logging
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.loader.facts import length_or_none
-from loaderdoctor.render.console import render
-from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.watch.census import WorkerCensus
 from loaderdoctor.watch.hooked import HookedLoader, Moment
 from loaderdoctor.watch.progress import epoch_line
+from loaderdoctor.watch.trainerhooks import measuring, print_report
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -37,28 +34,7 @@ except ImportError as error:  # pragma: no cover - the `huggingface` extra is no
 
 log = logging.getLogger("loaderdoctor")
 
-_Hook = TypeVar("_Hook", bound=Callable[..., None])
-
-
-def _measuring(hook: _Hook) -> _Hook:
-    """A hook that never lets a failure of loaderdoctor's reach the training run: the run goes on unmeasured."""
-
-    @functools.wraps(hook)
-    def guarded(self: LoaderDoctorTrainerCallback, *args: Any, **kwargs: Any) -> None:
-        run = self._run
-        if run is None or run.broken or run.finished:
-            return
-        try:
-            hook(self, *args, **kwargs)
-        except Exception as error:
-            run.broken = True
-            warnings.warn(
-                f"loaderdoctor stopped measuring the training: {type(error).__name__}: {error}",
-                LoaderDoctorWarning,
-                stacklevel=2,
-            )
-
-    return guarded  # type: ignore[return-value]
+_measuring = measuring("_run", "the training")
 
 
 class _Training:
@@ -240,7 +216,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
             return
         self.reports = {hooked.name: report}
         if run.main:
-            _print(Report(f"{hooked.name.rsplit('/', 1)[0]} (Hugging Face Trainer)", self.reports))
+            print_report(Report(f"{hooked.name.rsplit('/', 1)[0]} (Hugging Face Trainer)", self.reports))
 
 
 def _epochs(args: TrainingArguments) -> int | None:
@@ -249,10 +225,3 @@ def _epochs(args: TrainingArguments) -> int | None:
         return None
     epochs = getattr(args, "num_train_epochs", None)
     return int(epochs) if isinstance(epochs, (int, float)) and epochs >= 1 and float(epochs).is_integer() else None
-
-
-def _print(report: Report) -> None:
-    try:
-        render(report, SafeConsole(stderr=True))
-    except Exception as error:
-        log.warning("loaderdoctor could not print its diagnosis: %s: %s", type(error).__name__, error)

@@ -9,23 +9,20 @@ on_validation_start. A validation run inside a training epoch is set aside from 
 
 from __future__ import annotations
 
-import functools
 import logging
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from torch.utils.data import DataLoader
 
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.host.forkhazards import iterator_facts
-from loaderdoctor.render.console import render
-from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.trackers import METRIC_PREFIX, summarize
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
 from loaderdoctor.watch.lightningstate import Fit, batch_count, dataloaders_of, facts_after_iter, moment
 from loaderdoctor.watch.progress import epoch_line
+from loaderdoctor.watch.trainerhooks import measuring, print_report
 
 try:
     from lightning.pytorch import Callback, LightningModule, Trainer
@@ -36,27 +33,7 @@ except ImportError as error:  # pragma: no cover - the `lightning` extra is not 
 
 log = logging.getLogger("loaderdoctor")
 
-_Hook = TypeVar("_Hook", bound=Callable[..., None])
-
-
-def _measuring(hook: _Hook) -> _Hook:
-    """A hook that never lets a failure of loaderdoctor's reach the training run: the run goes on unmeasured."""
-
-    @functools.wraps(hook)
-    def guarded(self: LoaderDoctorCallback, *args: Any, **kwargs: Any) -> None:
-        if self._fit is None or self._fit.broken or self._fit.finished:
-            return
-        try:
-            hook(self, *args, **kwargs)
-        except Exception as error:
-            self._fit.broken = True
-            warnings.warn(
-                f"loaderdoctor stopped measuring the fit: {type(error).__name__}: {error}",
-                LoaderDoctorWarning,
-                stacklevel=2,
-            )
-
-    return guarded  # type: ignore[return-value]
+_measuring = measuring("_fit", "the fit")
 
 
 class LoaderDoctorCallback(Callback):
@@ -366,7 +343,7 @@ class LoaderDoctorCallback(Callback):
                 reports[hooked.name] = report
         self.reports = reports
         if reports and fit.main:
-            _print(Report(f"{fit.base} (Lightning fit)", reports))
+            print_report(Report(f"{fit.base} (Lightning fit)", reports))
             self._log_fit_figures(trainer, reports)
 
 
@@ -375,10 +352,3 @@ def _to_loggers(trainer: Trainer, metrics: dict[str, float]) -> None:
     if metrics:
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
-
-
-def _print(report: Report) -> None:
-    try:
-        render(report, SafeConsole(stderr=True))
-    except Exception as error:
-        log.warning("loaderdoctor could not print its diagnosis: %s: %s", type(error).__name__, error)
