@@ -3,6 +3,7 @@ order, the same len(), the same errors, for fork, forkserver and spawn with 0, 1
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 
@@ -292,6 +293,39 @@ class Crashes(Dataset):
 
 
 @pytest.mark.timeout(180)
+class NoConfig(Exception):
+    """A user's own exception class, raised by a worker_init_fn."""
+
+
+def _init_without_config(worker_id: int) -> None:
+    raise NoConfig(f"no config for worker {worker_id}")
+
+
+@pytest.mark.parametrize("case", [(2, "fork")], ids=_ids)
+def test_a_failing_worker_init_fn_raises_its_own_class_as_under_torch(case):
+    # torch re-raises a worker's exception in the main process as its own class: a loop's `except NoConfig`
+    # must catch it the same under the guard (a class of loaderdoctor's in its place broke torch's own
+    # test_error_in_init under patch()).
+    kwargs = {"batch_size": 4, "worker_init_fn": _init_without_config, **_options(case)}
+    assert "no config for worker" in _raised(NoConfig, TorchDataLoader(range(16), **kwargs))
+    with loaderdoctor.DataLoader(range(16), **kwargs) as guarded:
+        message = _raised(NoConfig, guarded)
+    assert "no config for worker" in message
+    assert "worker_init_fn raised NoConfig: no config for worker" in message  # where, for check's rules
+
+
+def _raised(kind: type[Exception], loader) -> str:
+    """The message of the `kind` error that iterating `loader` raises; the iterator (and its workers) let go of,
+    which a traceback kept would not do."""
+    try:
+        list(loader)
+    except kind as error:
+        return str(error)
+    finally:
+        gc.collect()
+    raise AssertionError(f"no {kind.__name__} was raised")
+
+
 def test_a_sample_that_kills_its_worker_raises_in_the_main_process_as_torch_does(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # where the guard would leave a stack-dump folder
     kwargs = {"batch_size": 4, "num_workers": 1, "multiprocessing_context": "fork"}

@@ -14,27 +14,25 @@ _FAILURE = re.compile(r"dataset\[(?P<index>-?\d+)\] raised (?P<type>[\w.]+): (?P
 _SEPARATOR = "\n"
 
 
-_INIT_FAILURE = re.compile(r"worker_init_fn raised (?P<what>[^\n]*)")
+# A note on the worker_init_fn's own error: torch re-raises it in the main process as its own class (the drop-in
+# must raise what a plain loader raises), with its traceback's text, notes included, as the message.
+_INIT_MARK = "loaderdoctor: worker_init_fn raised "
+_INIT_FAILURE = re.compile(re.escape(_INIT_MARK) + r"(?P<what>[^\n]*)")
 
 
-class WorkerInitFailure(Exception):
-    """The loader's worker_init_fn raised as a worker started: every batch of that worker fails."""
-
-
-def worker_init_failure(error: BaseException) -> WorkerInitFailure:
-    """In a worker: the worker_init_fn's `error` with where the user's code raised it."""
+def note_worker_init_failure(error: BaseException) -> None:
+    """In a worker: a note on the worker_init_fn's `error` of where the user's code raised it; the error keeps its
+    class, so that the loop's `except` catches it as it would without loaderdoctor."""
     from loaderdoctor.plain.usercode import describe_exception
 
-    return WorkerInitFailure(f"worker_init_fn raised {describe_exception(error)}")
+    error.add_note(_INIT_MARK + describe_exception(error))
 
 
 def parse_worker_init_failure(error: BaseException) -> str | None:
     """In the main process: what the worker_init_fn raised ("ValueError: msg (at data.py:12 in init)"), when
     `error` is its failure re-raised from a worker; else None."""
-    if not isinstance(error, WorkerInitFailure):
-        return None
     found = _INIT_FAILURE.search(str(error))
-    return found["what"].strip() if found else str(error).strip()
+    return found["what"].strip() if found else None
 
 
 class SampleFailure(Exception):

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.errors import UsageError
-from loaderdoctor.loader.indexed import worker_init_failure
+from loaderdoctor.loader.indexed import note_worker_init_failure
 from loaderdoctor.plain.data import dataclass_from_dict
 from loaderdoctor.plain.words import plural
 
@@ -204,7 +204,8 @@ class _WorkerInit:
             try:
                 self.user_fn(worker_id)
             except Exception as error:
-                raise worker_init_failure(error) from error
+                note_worker_init_failure(error)
+                raise
         if self.worker_threads:
             # After the user's function, since that is where thread pools are usually enlarged.
             torch.set_num_threads(self.worker_threads)
