@@ -271,3 +271,42 @@ def test_loaders_lightning_makes_again_are_named_at_the_users_dataloader_lines(t
     assert set(loaders) == {train, val}, result.stderr
     assert loaders[train]["measurements"]["batches"] == 16  # 2 epochs of 8
     assert loaders[train]["findings"][0]["rule"] == "input-bound"
+
+
+ACCELERATE_WATCHED = """\
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+from accelerate import Accelerator
+import loaderdoctor
+
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        time.sleep(0.01)
+        return torch.randn(4), torch.randn(1)
+
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(Slow(), batch_size=4))
+watched = loaderdoctor.watch(loader, "accel-train", history=False)
+for epoch in range(2):
+    for x, y in watched:
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+report = watched.close()
+print(type(loader).__name__, report.recording.batch_size, report.findings[0].rule)
+"""
+
+
+def test_an_accelerate_prepared_loader_is_diagnosed_through_watch(tmp_path):
+    # A job launched another way (accelerate launch, a cluster's own launcher) watches its prepared loader itself.
+    pytest.importorskip("accelerate")
+    _write(tmp_path, "watched.py", ACCELERATE_WATCHED)
+    result = subprocess.run([sys.executable, "watched.py"], cwd=tmp_path, capture_output=True, text=True, timeout=150)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["DataLoaderShard", "4", "input-bound"]
