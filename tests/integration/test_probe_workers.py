@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.probe.measure import probe
@@ -188,7 +189,9 @@ def test_a_death_torch_raises_between_batches_is_the_runs_outcome_not_an_error()
 
             def sample_then_torchs_handler() -> None:
                 sample_once()
-                torchs_handler(signal.SIGCHLD, None)
+                # what torch's SIGCHLD handler does (called by itself: an earlier test in this process may have
+                # left another handler in its place, and torch installs its own once per process)
+                _error_if_any_worker_fails()
 
             session.sampler.sample_once = sample_then_torchs_handler
             assert session.run(2.0) is not None  # the window that ended at once, not an exception

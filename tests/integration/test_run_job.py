@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -20,13 +22,17 @@ pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 180, env: dict[str, str] | None = None):
-    tmpdir = cwd / "tmp"  # its own: another test's job folder may be in the shared one meanwhile
-    tmpdir.mkdir(exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONFAULTHANDLER": "1", **(env or {})}
-    result = subprocess.run([sys.executable, "-m", "loaderdoctor", "run", *args], cwd=cwd, capture_output=True,
-                            text=True, timeout=timeout, env=env)  # fmt: skip
-    assert not [name for name in os.listdir(tmpdir) if name.startswith("loaderdoctor-job-")], result.stderr
-    return result
+    # A TMPDIR of its own (another test's job folder may be in the shared one meanwhile), with a short path:
+    # multiprocessing's sockets live there, 107 bytes at most, and pytest's tmp_path under xdist is too long.
+    tmpdir = Path(tempfile.mkdtemp(prefix="ld-"))
+    try:
+        env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONFAULTHANDLER": "1", **(env or {})}
+        result = subprocess.run([sys.executable, "-m", "loaderdoctor", "run", *args], cwd=cwd, capture_output=True,
+                                text=True, timeout=timeout, env=env)  # fmt: skip
+        assert not [name for name in os.listdir(tmpdir) if name.startswith("loaderdoctor-job-")], result.stderr
+        return result
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _write(folder: Path, name: str, text: str) -> Path:

@@ -38,6 +38,7 @@ from loaderdoctor.tap.iterator import (
 from loaderdoctor.watch.progress import Progress
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
 from loaderdoctor.watch.watched import finish_run
+from loaderdoctor.workers.sampler import thread_run_delay_s
 
 Moment = tuple[float, float]  # (clock, the process's CPU seconds) at a hook
 _TORCH_DATA_DIR = os.path.join("torch", "utils", "data") + os.sep
@@ -85,8 +86,10 @@ class HookedLoader:
         clock: Callable[[], float] = time.perf_counter,
         cpu_clock: Callable[[], float] = time.process_time,
         kind: str = "lightning",
+        run_delay: Callable[[], float | None] = thread_run_delay_s,
     ) -> None:
         self.name = name
+        self._run_delay = run_delay  # the hooks' thread's run delay (None where not counted): with the clocks
         self.kind = kind
         self.loader = loaders[0]
         self.settings = LoaderSpec.from_loader(self.loader).settings
@@ -114,6 +117,9 @@ class HookedLoader:
         self._epoch_open = False
         self._in_step = False
         self._idle_from: Moment = self.moment()  # the last end hook, or the epoch's start
+        # The hooks' thread's run delay at that moment: the part of a wait other processes held the cores (the
+        # machine's load, not the data's), read as the tap reads it; None where the kernel does not count it.
+        self._delay_from: float | None = self._run_delay()
         self._aside: Moment = (0.0, 0.0)  # set aside since then
         self._paused_at: Moment | None = None
         self._aside_total_s = 0.0
@@ -142,6 +148,7 @@ class HookedLoader:
         self.epoch_ended()
         self.epoch += 1
         self._epoch_from = self._idle_from = at or self.moment()
+        self._delay_from = self._run_delay() if at is None else None  # an earlier moment's delay is not known
         self._aside, self._paused_at = (0.0, 0.0), None
         self._in_step = False
         settings = self.settings
@@ -161,6 +168,11 @@ class HookedLoader:
             first_batch_s = now - self._epoch_from[0]
             self._open_epoch(now)
         wait_s, wait_cpu_s = self._waited(now, cpu)
+        delay = self._run_delay() if self._delay_from is not None else None
+        set_aside = self._aside != (0.0, 0.0) or self._paused_at is not None  # its delay is not the wait's alone
+        wait_run_delay_s = None
+        if delay is not None and self._delay_from is not None and not set_aside:
+            wait_run_delay_s = min(wait_s, max(0.0, delay - self._delay_from))
         self.recorder.on_event(
             BatchDelivered(
                 epoch=self.epoch,
@@ -170,6 +182,7 @@ class HookedLoader:
                 nbytes=batch_nbytes(batch),
                 samples=batch_samples(batch, self._batch_size),
                 first_batch_s=first_batch_s,
+                wait_run_delay_s=wait_run_delay_s,
             )
         )
         self._in_step = True
@@ -181,6 +194,7 @@ class HookedLoader:
         self.recorder.close_step()
         self._in_step = False
         self._idle_from = self.moment()
+        self._delay_from = self._run_delay()
         self._aside, self._paused_at = (0.0, 0.0), None
 
     def batches_stepped(self, count: int, started: Moment) -> None:

@@ -27,9 +27,11 @@ class Raises(Dataset):
         raise ValueError(f"sample {index} is corrupt")
 
 
-def _hooked(clock: Clock, cpu: Clock) -> HookedLoader:
+def _hooked(clock: Clock, cpu: Clock, run_delay=lambda: None) -> HookedLoader:
     loader = DataLoader(list(range(40)), batch_size=4)
-    return HookedLoader("toy/train", [loader], batches_per_epoch=10, workers=lambda: [], clock=clock, cpu_clock=cpu)
+    return HookedLoader(
+        "toy/train", [loader], batches_per_epoch=10, workers=lambda: [], clock=clock, cpu_clock=cpu, run_delay=run_delay
+    )
 
 
 def _batch(hooked: HookedLoader, clock: Clock, *, wait_s: float, step_s: float) -> None:
@@ -96,3 +98,21 @@ def test_errors_raised_in_the_dataloader_are_told_from_others():
     with pytest.raises(ValueError) as stepping:
         raise ValueError("the step's own")
     assert not raised_in_loading(stepping.value)
+
+
+def test_the_time_the_hooks_thread_was_descheduled_is_no_wait_for_data():
+    # Another process held the cores for 8 of each batch's 10 ms between the hooks: the machine's load, not the
+    # data's (read from the thread's run delay, as the tap reads a loop's)
+    clock, cpu, delay = Clock(), Clock(), Clock()
+    hooked = _hooked(clock, cpu, run_delay=delay)
+    hooked.epoch_started()
+    for _ in range(10):
+        clock.now += 0.01
+        delay.now += 0.008
+        hooked.batch_started(torch.zeros(4, 2))
+        clock.now += 0.02
+        hooked.batch_ended()
+    hooked.epoch_ended()
+    rec = hooked.finish(history=False, main=False).recording
+    assert [b.wait_run_delay_s for b in rec.batches] == pytest.approx([0.008] * 10)
+    assert wait_fraction(rec) == pytest.approx(0.002 / 0.03, rel=0.01)  # of the loop's time; not 0.01 / 0.03

@@ -22,7 +22,7 @@ class Clock:
 def _hooked(clock: Clock, cpu: Clock, loader: DataLoader | None = None) -> HookedLoader:
     loader = loader or DataLoader(list(range(48)), batch_size=4)
     return HookedLoader("toy/train", [loader], batches_per_epoch=12, workers=lambda: [], clock=clock, cpu_clock=cpu,
-                        kind="huggingface")  # fmt: skip
+                        kind="huggingface", run_delay=lambda: None)  # fmt: skip
 
 
 def _step(hooked: HookedLoader, clock: Clock, cpu: Clock, *, count: int, wait_s: float, step_s: float) -> None:
