@@ -87,17 +87,24 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
         option = word.split("=", 1)[0] if word.startswith("--") else word
         if option not in takes_value:
             return argv[:index], argv[index:]
-        index += 2 if takes_value[option] and "=" not in word else 1
+        takes = takes_value[option]
+        if takes == "maybe":  # an optional value (--ceiling [STEPS]): the next word when it is one (a number)
+            takes = index + 1 < len(argv) and argv[index + 1].isdigit()
+        index += 2 if takes and "=" not in word else 1
     return argv, []
 
 
 @functools.cache
-def _own_options() -> dict[str, bool]:
-    """run's option strings (from its parser), each with whether it takes a value."""
+def _own_options() -> dict[str, bool | str]:
+    """run's option strings (from its parser), each with whether it takes a value ("maybe" for an optional one)."""
     subparsers = argparse.ArgumentParser().add_subparsers()
     prepare_parser(subparsers)
     parser = subparsers.choices[NAME]
-    return {option: action.nargs != 0 for action in parser._actions for option in action.option_strings}
+    return {
+        option: "maybe" if action.nargs == "?" else action.nargs != 0
+        for action in parser._actions
+        for option in action.option_strings
+    }
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -29,6 +29,11 @@ def test_runs_words_end_where_the_script_begins():
         ["--lr", "3"],
     )
     assert split_argv(["--name", "train.py"]) == (["--name", "train.py"], [])  # a value, not the script
+    # an optional value: taken when it is one (a number of steps), else the next word is run's or the script's
+    words = ["--ceiling", "--json", "o.json", "train.py"]
+    assert split_argv(words) == (["--ceiling", "--json", "o.json"], ["train.py"])
+    assert split_argv(["--ceiling", "30", "train.py", "3"]) == (["--ceiling", "30"], ["train.py", "3"])
+    assert split_argv(["--ceiling", "train.py"]) == (["--ceiling"], ["train.py"])
 
 
 def _line() -> int:
