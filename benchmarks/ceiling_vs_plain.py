@@ -35,7 +35,7 @@ MODES = {"starved": ("example", 20, 10), "storage": ("storage", 20, 3), "compute
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "starved_train.py"
 
 SCRIPT = """\
-import sys, time
+import os, sys, time
 import torch
 from torch.utils.data import DataLoader
 from loaderdoctor.scenarios._pipelines import ImageDataset
@@ -56,7 +56,11 @@ def calibrated() -> int:
     return max(1, round(n * STEP_MS / 300))
 
 
-PASSES = calibrated()
+# Calibrated once by the benchmark and handed to every run (the tool's and the plain one's): the same step cost
+PASSES = int(os.environ["CEILING_BENCH_PASSES"]) if "CEILING_BENCH_PASSES" in os.environ else calibrated()
+if MODE == "calibrate":
+    print("PASSES", PASSES)
+    sys.exit(0)
 
 
 def step(batch) -> None:
@@ -163,6 +167,11 @@ def main() -> None:
         )
         for mode in args.modes:
             scenario, step_ms, epochs = MODES[mode]
+            calibration = subprocess.run(
+                [sys.executable, str(script), scenario, str(step_ms), str(epochs), "calibrate", str(EXAMPLE.parent)],
+                capture_output=True, text=True, timeout=120, check=True,
+            )  # fmt: skip
+            os.environ["CEILING_BENCH_PASSES"] = calibration.stdout.split()[-1]
             for round_ in range(1, args.rounds + 1):
                 started = time.perf_counter()
                 tool = _tool(script, mode, work)

@@ -7,7 +7,8 @@ The turns are counted in the loader's deliveries, so that ranks of one job, whos
 the same steps, switch together. A turn's time is the loop's time from one delivery to the next (the step on a
 batch and the fetch of the one after), within one epoch's iterator. A real turn after a data-free one leaves out
 its first deliveries: the workers filled their prefetch queue while the loop trained on repeated batches, and
-those batches come at once."""
+those batches come at once; a data-free turn after a real one leaves out as many (at most half of it), while the
+workers, still filling their queue, take CPU from the step."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class Ceiling:
     `data_free_steps` repeated batches (the JSON says so, and the report)."""
 
     data_free_steps: int  # batches handed again in the data-free turns, each trained on by the loop
-    refill: int  # deliveries left out at the start of a real turn that follows a data-free one
+    refill: int  # deliveries left out at the start of a turn that follows another (see CeilingTurns._settling)
     turns: list[Turn] = field(default_factory=list)
     trained_on_repeated_batches: bool = True
 
@@ -155,8 +156,7 @@ class CeilingTurns:
         if turn is not None and self._last_epoch == epoch and self._last_at is not None:
             number, place = turn
             measured = self.ceiling.turns[number]
-            after_data_free = number > 0 and self.ceiling.turns[number - 1].kind == "data-free"
-            if not (measured.kind == "real" and after_data_free and place < self.ceiling.refill):
+            if number == 0 or place >= self._settling(measured):
                 measured.intervals += 1
                 measured.seconds += at - self._last_at
                 measured.wait_s += wait_s
@@ -166,6 +166,14 @@ class CeilingTurns:
         # The batch is held only while a data-free turn may still come: then let go of it.
         self._last_batch = batch if self._turn(self.step) is not None else None
         self._last_at, self._last_epoch = at, epoch
+
+    def _settling(self, turn: Turn) -> int:
+        """The first deliveries of a turn after the one before it, left out: in a real turn, the batches the workers
+        had ready (they kept loading while the loop trained on repeated ones); in a data-free turn, as many, at
+        most half the turn, while the workers still fill their queue and take CPU from the step."""
+        if turn.kind == "real":
+            return self.ceiling.refill
+        return min(self.ceiling.refill, turn.deliveries // 2)
 
     def left_epoch(self) -> None:
         """The epoch ended (or its iterator was dropped): no interval runs across into the next one."""

@@ -115,15 +115,21 @@ def test_each_turn_is_timed_from_delivery_to_delivery_within_an_epoch():
     assert turns._last_batch is None
 
 
-def test_a_real_turn_after_a_data_free_one_leaves_out_the_batches_the_workers_had_ready():
-    ceiling = Ceiling(data_free_steps=0, refill=2, turns=[Turn("real", 6), Turn("data-free", 6), Turn("real", 6)])
+def test_a_turn_after_another_leaves_out_its_first_deliveries_while_the_workers_settle():
+    # a real turn: the batches the workers had ready come at once; a data-free one: the workers still fill their
+    # queue, taking CPU from the step (at most half the turn is left out)
+    ceiling = Ceiling(
+        data_free_steps=0,
+        refill=2,
+        turns=[Turn("real", 6), Turn("data-free", 6), Turn("real", 6), Turn("data-free", 3)],
+    )
     turns = CeilingTurns(ceiling, start_after=1)
     now = 0.0
-    for _ in range(1 + 3 * 6):
+    for _ in range(1 + 6 + 6 + 6 + 3):
         replay = turns.replay()
         now += 0.01
         turns.delivered(0, replay or "batch", 0.0, now, replayed=replay is not None)
-    assert [t.intervals for t in ceiling.turns] == [6, 6, 4]
+    assert [t.intervals for t in ceiling.turns] == [6, 4, 4, 2]
 
 
 def test_no_interval_runs_across_an_epochs_end():
