@@ -1,6 +1,7 @@
-"""Reports of real runs of check, tune, scale and `report latest`, written with --html and opened in headless
-Chromium: their charts are drawn, nothing errs, nothing is asked of the network, and a loader named with markup
-shows that markup as text."""
+"""Reports of real runs of check, tune, scale (a saved one: a launch of ranks takes half a minute, and
+test_scale_ranks.py runs scale for real) and `report latest`, written with --html and opened in headless Chromium:
+their charts are drawn, nothing errs, nothing is asked of the network, and a loader named with markup shows that
+markup as text."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def test_a_tune_page_renders_its_trials(tmp_path, chromium):
 @pytest.mark.timeout(300)
 def test_a_scale_page_renders_rate_efficiency_and_waits(tmp_path, chromium):
     page_path = tmp_path / "scale.html"
-    _loaderdoctor("scale", "scenario:healthy", "--ranks", "1,2", "--budget", "3", "--html", str(page_path))
+    saved = Path(__file__).resolve().parents[1] / "unit" / "saved" / "scale-a0702f8.json"  # scale demo --ranks 1,2
+    _loaderdoctor("report", str(saved), "--html", str(page_path))
     page = _opened(page_path, chromium)
     assert page.svg_count >= 3 and "Efficiency" in page.text and "r1 of 2" in page.text
 
