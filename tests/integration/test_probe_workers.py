@@ -145,7 +145,9 @@ def test_a_killed_worker_ends_the_run_as_crashed(persistent):
     )
     assert rec.outcome == "crashed"
     (death,) = rec.worker_deaths
-    assert "killed by signal" in death.message or "exited unexpectedly" in death.message
+    # torch's RuntimeError, or what the death broke: a batch's shared memory handed over by the dying worker
+    # (ConnectionResetError, seen beside another test's load)
+    assert any(words in death.message for words in ("killed by signal", "exited unexpectedly", "Connection reset"))
 
 
 def test_errors_in_workers_name_the_sample_index():
