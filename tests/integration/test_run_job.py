@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,8 +28,16 @@ def _run(args: list[str], cwd: Path, timeout: float = 180, env: dict[str, str] |
     tmpdir = Path(tempfile.mkdtemp(prefix="ld-"))
     try:
         env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONFAULTHANDLER": "1", **(env or {})}
-        result = subprocess.run([sys.executable, "-m", "loaderdoctor", "run", *args], cwd=cwd, capture_output=True,
-                                text=True, timeout=timeout, env=env)  # fmt: skip
+        # its own session: on a timeout the whole tree goes (the launchers the script started, their ranks too)
+        process = subprocess.Popen([sys.executable, "-m", "loaderdoctor", "run", *args], cwd=cwd, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
         assert not [name for name in os.listdir(tmpdir) if name.startswith("loaderdoctor-job-")], result.stderr
         return result
     finally:
