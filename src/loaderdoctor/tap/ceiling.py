@@ -16,6 +16,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.errors import UsageError
+from loaderdoctor.loader.settings import Settings
+
 DEFAULT_STEPS = 60  # data-free steps when the user names none: three turns of 20
 MIN_TURN_STEPS = 5  # the fewest intervals a turn measures
 
@@ -178,3 +181,21 @@ class CeilingTurns:
     def left_epoch(self) -> None:
         """The epoch ended (or its iterator was dropped): no interval runs across into the next one."""
         self._last_epoch = None
+
+
+def ceiling_steps(ceiling: Any) -> int | bool | None:
+    """The data-free steps asked for: False for none, None for the default number, else the number."""
+    if ceiling is False:
+        return False
+    if ceiling is True:
+        return None
+    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or ceiling < 3:
+        raise UsageError(f"ceiling must be True or a number of steps, 3 or more, not {ceiling!r}")
+    return ceiling
+
+
+def ceiling_turns(steps: int | None, settings: Settings, *, stop_when_done: bool = False) -> CeilingTurns:
+    """The data-free turns of a loader with these settings: they start once the first epoch's workers have each
+    delivered a batch and a few steady ones came, the same step on every rank of a job."""
+    plan = turn_plan(steps, num_workers=settings.num_workers, prefetch_factor=settings.prefetch_factor)
+    return CeilingTurns(plan, start_after=max(1, settings.num_workers) + MIN_TURN_STEPS, stop_when_done=stop_when_done)

@@ -37,7 +37,7 @@ from loaderdoctor.tap.iterator import (
 )
 from loaderdoctor.watch.progress import Progress
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
-from loaderdoctor.watch.watched import finish_run
+from loaderdoctor.watch.watchrun import finish_run
 from loaderdoctor.workers.sampler import thread_run_delay_s
 
 Moment = tuple[float, float]  # (clock, the process's CPU seconds) at a hook
