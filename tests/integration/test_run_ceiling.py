@@ -66,12 +66,14 @@ def _real_stream(batches: list[list[int]]) -> list[int]:
     return [sample for batch in kept for sample in batch]
 
 
-@pytest.mark.parametrize("kind", ["map", "stream"])
-def test_the_real_stream_under_data_free_turns_is_the_stream_without_them(tmp_path, kind):
+@pytest.mark.parametrize(("kind", "options"), [("map", []), ("stream", []), ("map", ["--guard"])])
+def test_the_real_stream_under_data_free_turns_is_the_stream_without_them(tmp_path, kind, options):
+    """Guarded too: the turns run outside the guard, whose batch plan counts the real batches only."""
     (tmp_path / "stream.py").write_text(STREAM)
     plain = _python(["stream.py", kind, "plain.json"], tmp_path)
     assert plain.returncode == 0, plain.stderr
-    result = _run(["--ceiling", "15", "--no-history", "--json", "out.json", "stream.py", kind, "turns.json"], tmp_path)
+    args = [*options, "--ceiling", "15", "--no-history", "--json", "out.json", "stream.py", kind, "turns.json"]
+    result = _run(args, tmp_path)
     assert result.returncode == 0, result.stderr
     without = json.loads((tmp_path / "plain.json").read_text())
     under = json.loads((tmp_path / "turns.json").read_text())

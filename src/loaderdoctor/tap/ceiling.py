@@ -13,6 +13,8 @@ workers, still filling their queue, take CPU from the step."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,3 +201,51 @@ def ceiling_turns(steps: int | None, settings: Settings, *, stop_when_done: bool
     delivered a batch and a few steady ones came, the same step on every rank of a job."""
     plan = turn_plan(steps, num_workers=settings.num_workers, prefetch_factor=settings.prefetch_factor)
     return CeilingTurns(plan, start_after=max(1, settings.num_workers) + MIN_TURN_STEPS, stop_when_done=stop_when_done)
+
+
+class TurnsIterator:
+    """An epoch's iterator of batches put through data-free turns, for a loop whose loader loaderdoctor does not
+    tap (a guarded loader's epochs, a trainer's loader under a callback): each next() either hands the loop the
+    batch it got last, as delivered, or takes the next real one from `inner`, timing its wait. `on_replayed` is
+    told of each data-free step (a watch sets it apart from the run's batches)."""
+
+    def __init__(
+        self,
+        inner: Iterator[Any],
+        turns: CeilingTurns,
+        epoch: int,
+        *,
+        on_replayed: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.inner = inner
+        self.turns = turns
+        self.epoch = epoch
+        self.on_replayed = on_replayed
+        self.clock = clock
+
+    def __iter__(self) -> TurnsIterator:
+        return self
+
+    def __next__(self) -> Any:
+        turns = self.turns
+        again = turns.replay()
+        if again is not None:
+            turns.delivered(self.epoch, again, 0.0, self.clock(), replayed=True)
+            if self.on_replayed is not None:
+                self.on_replayed()
+            return again
+        started = self.clock()
+        try:
+            batch = next(self.inner)
+        except StopIteration:
+            turns.left_epoch()
+            raise
+        at = self.clock()
+        turns.delivered(self.epoch, batch, at - started, at, replayed=False)
+        return batch
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("inner", "turns", "epoch", "on_replayed", "clock"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)  # the inner iterator's own attributes (len, _workers, ...) read through

@@ -48,7 +48,7 @@ def _is_own(filename: str) -> bool:
 class EveryLoader:
     """The hooks on torch's DataLoader while a script runs, and the watches they made (see the module's text).
     `name` goes before each loader's name, and `rank` (a distributed run's) after it ("train.py:41/rank1");
-    `guarded` guards every loader; `ceiling` puts every unguarded one through data-free turns (see watch())."""
+    `guarded` guards every loader; `ceiling` puts every one through data-free turns (see watch())."""
 
     def __init__(
         self,
@@ -167,7 +167,7 @@ class EveryLoader:
             except UsageError as error:  # a stream the guard cannot resume: watched as it is, said so
                 log.warning("loaderdoctor run: %s is watched, not guarded: %s", name, error.message)
             else:
-                return WatchedLoader(guarded, name, history=False, log_diagnosis=False)
+                loader = guarded
         return WatchedLoader(
             loader,
             name,

@@ -17,8 +17,8 @@ from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.host.snapshot import HostSnapshot
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.report import LoaderReport
-from loaderdoctor.tap.ceiling import ceiling_steps, ceiling_turns
-from loaderdoctor.tap.iterator import Tap
+from loaderdoctor.tap.ceiling import CeilingTurns, TurnsIterator, ceiling_steps, ceiling_turns
+from loaderdoctor.tap.iterator import BatchReplayed, Tap
 from loaderdoctor.watch.watchrun import WatchRun
 
 log = logging.getLogger("loaderdoctor")
@@ -135,12 +135,14 @@ class WatchedLoader:
             log_diagnosis=log_diagnosis,
         )
         self._run.listeners.append(self._run.on_event)
+        # A guarded loader's epochs go through the turns outside the guard, which never sees a data-free step:
+        # its batch plan, checkpoints and restarts count the real batches only.
+        self._turns: CeilingTurns | None = None
         if steps is not False:
-            if self._tap is None:
-                log.warning("loaderdoctor: %s is guarded: its ceiling is not measured (no data-free turns)", name)
-            else:
-                self._tap.ceiling = ceiling_turns(steps, fixed, stop_when_done=ceiling_only)
-                self._run.recorder.rec.ceiling = self._tap.ceiling.ceiling  # filled in as the turns go by
+            self._turns = ceiling_turns(steps, settings(), stop_when_done=ceiling_only)
+            if self._tap is not None:
+                self._tap.ceiling = self._turns
+            self._run.recorder.rec.ceiling = self._turns.ceiling  # filled in as the turns go by
         self._finalizer = weakref.finalize(self, self._run.close)
 
     def __iter__(self) -> Iterator[Any]:
@@ -150,16 +152,24 @@ class WatchedLoader:
                 hint="call watch(loader) again to watch a new run",
             )
         self._run.start()
-        if self._tap is None:
-            return iter(self.loader)
         self._epoch += 1
-        return self._tap.epoch(self._epoch)
+        if self._tap is not None:
+            return self._tap.epoch(self._epoch)
+        if self._turns is None:
+            return iter(self.loader)
+        epoch, listeners = self._epoch, self._run.listeners
+
+        def replayed() -> None:
+            for listener in listeners:
+                listener(BatchReplayed(epoch))
+
+        return TurnsIterator(iter(self.loader), self._turns, epoch, on_replayed=replayed)
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("loader", "_run", "_tap", "_finalizer"):
+        if name.startswith("__") or name in ("loader", "_run", "_tap", "_turns", "_finalizer"):
             raise AttributeError(name)
         return getattr(self.loader, name)
 

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.plain.data import dataclass_from_dict
-from loaderdoctor.tap.ceiling import DEFAULT_STEPS, Ceiling, CeilingTurns, Turn, turn_plan
+from loaderdoctor.tap.ceiling import DEFAULT_STEPS, Ceiling, CeilingTurns, Turn, TurnsIterator, turn_plan
 from loaderdoctor.tap.iterator import BatchDelivered, BatchReplayed, Tap
 
 
@@ -150,3 +150,43 @@ def test_a_ceiling_loads_back_from_its_json():
     assert [(t.kind, t.deliveries) for t in ceiling.turns] == [("real", 14), ("data-free", 10)] * 3 + [("real", 14)]
     uneven = turn_plan(16, num_workers=0, prefetch_factor=None)  # the steps asked for, shared out exactly
     assert [t.deliveries for t in uneven.turns if t.kind == "data-free"] == [6, 5, 5]
+
+
+def test_turns_around_any_iterator_hand_the_last_batch_again_and_time_the_real_ones():
+    clock = FakeClock()
+    ceiling = Ceiling(data_free_steps=0, refill=0, turns=[Turn("real", 2), Turn("data-free", 2), Turn("real", 2)])
+    told: list[int] = []
+
+    def batches():
+        for n in range(8):
+            clock.now += 0.5  # each real batch waits half a second
+            yield n
+
+    turns = CeilingTurns(ceiling, start_after=1)
+    seen = list(TurnsIterator(batches(), turns, 0, on_replayed=lambda: told.append(1), clock=clock))
+    assert seen == [0, 1, 2, 2, 2, 3, 4, 5, 6, 7]  # after a real turn (1, 2), 2 twice, then on from 3
+    assert len(told) == 2 == ceiling.data_free_steps
+    assert ceiling.turns[0].wait_s == pytest.approx(1.0)  # both real intervals' waits, measured around next()
+    assert ceiling.turns[1].seconds == 0.0 and ceiling.turns[1].intervals == 2  # no time passed in the data-free
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_guarded_loader_watched_with_a_ceiling_delivers_every_sample_once_in_order(shuffle):
+    """The turns run outside the guard: its batch plan (and so its checkpoints and restarts) counts real batches
+    only, and the stream goes on where it stopped."""
+    from loaderdoctor import guard, watch
+
+    def loader() -> DataLoader:
+        return DataLoader(range(240), batch_size=4, shuffle=shuffle, generator=torch.Generator().manual_seed(7))
+
+    once = loader()
+    plain = [int(v) for epoch in range(2) for batch in once for v in batch]
+    guarded = guard(loader())
+    with watch(guarded, "guarded-ceiling", history=False, log_every_s=3600, ceiling=30) as watched:
+        seen = [batch for epoch in range(2) for batch in watched]
+    assert _real_stream(seen) == plain
+    assert len(seen) == len(plain) // 4 + 30
+    report = watched.report
+    ceiling = report.recording.ceiling
+    assert ceiling is not None and ceiling.data_free_steps == 30 and ceiling.complete
+    assert report.recording.batches_delivered in (None, 120) and len(report.recording.batches) == 120
