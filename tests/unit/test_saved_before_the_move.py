@@ -38,6 +38,10 @@ ADDED_SINCE = {
     "fixed_speedup_range": None,
     "fixed_epoch_s_range": None,
     "ceiling": None,
+    "ceiling_batches_per_s": None,  # a verification's, with the loop's ceiling (and the two shares of it below)
+    "ceiling_windows": 0,
+    "share_of_ceiling": None,
+    "before_share_of_ceiling": None,
 }
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 DERIVED_SINCE = {"batches_per_s_range"}

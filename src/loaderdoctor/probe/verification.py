@@ -38,6 +38,7 @@ _VERIFICATION_KEYS = {
     "window_pairs": "pairs",
     "busy_window_pairs": "busy_pairs",
     "other_processes_cores": "other_cores",
+    "ceiling_batches_per_s": "ceiling",
 }
 
 
@@ -69,6 +70,10 @@ class Verification:
     # Under that load the pairs' speedups differed too much for one fair figure (verdict.UNSTEADY_SPREAD): the note
     # gives the direction and the range, and no report shows the speedup as one figure.
     unsteady: bool = False
+    # The loop's ceiling: its batches per second with the input taken away (the step on one batch, again and
+    # again), measured in `ceiling_windows` windows in the same rounds (probe/dataless.py); None without a step.
+    ceiling: float | None = None
+    ceiling_windows: int = 0
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -78,6 +83,10 @@ class Verification:
     def helped(self) -> bool:
         """Whether the fix is presented as one."""
         return self.verdict in HELPING
+
+    def share_of_ceiling(self, rate: float | None) -> float | None:
+        """`rate` (the fix's, or the original's) as a share of the loop's ceiling; None without either."""
+        return rate / self.ceiling if rate and self.ceiling else None
 
     @property
     def speedup(self) -> float | None:
@@ -108,10 +117,15 @@ class Verification:
             "unsteady": self.unsteady,
             "note": self.note,
             "source": self.source,
+            "ceiling_batches_per_s": rounded(self.ceiling, 3),
+            "ceiling_windows": self.ceiling_windows,
+            "share_of_ceiling": rounded(self.share_of_ceiling(None if self.verdict in NO_RATE else self.after), 3),
+            "before_share_of_ceiling": rounded(self.share_of_ceiling(self.before), 3),
             "after_recording": None if self.after_recording is None else self.after_recording.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verification:
-        """The Verification whose to_dict() is `data` (its speedup, helped and share_of_limit recomputed)."""
+        """The Verification whose to_dict() is `data` (its speedup, helped, share_of_limit and shares of the ceiling
+        recomputed)."""
         return dataclass_from_written(cls, data, _VERIFICATION_KEYS)

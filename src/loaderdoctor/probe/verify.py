@@ -32,6 +32,7 @@ from collections.abc import Callable
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.probe.budget import deadline_allowance
+from loaderdoctor.probe.dataless import DataFreeWindows
 from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.probe.verdict import MIN_PAIRS, MIN_WINDOW_BATCHES, compare
@@ -48,6 +49,7 @@ SHORTEST_WINDOW_S = 0.25  # and down to this to fit MIN_PAIRS rounds into a smal
 MAX_WINDOW_S = 5.0
 # Time a window's warm-up takes on top of its measuring, for planning the rounds.
 _WARM_UP_S = 0.3
+DATA_FREE_SHARE = 0.5  # a data-free window (the loop's ceiling, probe/dataless.py) against a session's window
 # Fixes whose point is safety, or saving processes and memory, need only not be slower.
 SAFETY_RULES = frozenset({"fork-unsafe", "shm-capacity", "fd-limit"})
 COST_RULES = frozenset({"cpu-oversubscription"})
@@ -84,15 +86,21 @@ def verify(
     deadline = clock() + budget_s
     sessions: list[ProbeSession | None] = []
     errors: list[str | None] = []
+    data_free: DataFreeWindows | None = None  # the loop's ceiling, with a step to measure it by
     try:
         for number, settings in enumerate([before.settings, *candidates]):
             startup_limit = deadline_allowance(max(1.0, (deadline - clock()) / 4))
             session, error = _started(measuring, settings, startup_limit, lock_free=lock_free and number > 0)
             sessions.append(session)
             errors.append(error)
-        _take_turns([s for s in sessions if s is not None and s.ran], deadline, clock)
+        original_session = sessions[0]
+        if measuring.step is not None and original_session is not None and original_session.ran:
+            data_free = DataFreeWindows(measuring.step, original_session.held_batch, clock)
+        _take_turns([s for s in sessions if s is not None and s.ran], deadline, clock, data_free)
     finally:
         recordings = [None if s is None else s.close() for s in sessions]
+        if data_free is not None:
+            data_free.close()
     original = recordings[0]
     results = []
     for settings, recording, error in zip(candidates, recordings[1:], errors[1:], strict=True):
@@ -100,7 +108,10 @@ def verify(
             why = errors[0] if original is None else error
             results.append(_not_measured(settings, before, f"not measured: {why}"))
         else:
-            results.append(compare(original, recording, kind))
+            verification = compare(original, recording, kind)
+            if data_free is not None and data_free.rate is not None:
+                verification.ceiling, verification.ceiling_windows = data_free.rate, data_free.windows
+            results.append(verification)
     return results
 
 
@@ -121,11 +132,18 @@ def _started(
     return session, None
 
 
-def _take_turns(sessions: list[ProbeSession], deadline: float, clock: Callable[[], float]) -> None:
-    """Rounds of one window per session, the order reversed every other round, until the time is spent."""
+def _take_turns(
+    sessions: list[ProbeSession],
+    deadline: float,
+    clock: Callable[[], float],
+    data_free: DataFreeWindows | None = None,
+) -> None:
+    """Rounds of one window per session, the order reversed every other round, until the time is spent; each
+    round also a window of `data_free`, half as long (the step alone needs no warm-up and varies little), after
+    the sessions' in one round and before them in the next."""
     if not sessions:
         return
-    per_round = len(sessions)
+    per_round = len(sessions) + (DATA_FREE_SHARE if data_free is not None else 0.0)
     remaining = deadline - clock()
     window_s = remaining / (per_round * ROUNDS) - _WARM_UP_S
     if window_s < MIN_WINDOW_S:  # fewer, shorter rounds: but MIN_PAIRS of them
@@ -139,11 +157,15 @@ def _take_turns(sessions: list[ProbeSession], deadline: float, clock: Callable[[
         # A fix that stalled or crashed has its verdict; the others go on, window i beside window i.
         running = [s for s in sessions if s.ran]
         order = running if number % 2 == 0 else list(reversed(running))
+        if data_free is not None and number % 2:
+            data_free.run(window_s * DATA_FREE_SHARE)
         for session in order:
             session.run(window_s, warm_up=True, min_batches=MIN_WINDOW_BATCHES)
             if session.iterator is not None and session.settings.backend == "thread":
                 # The threads of a paused session would be alive when another session forks its workers.
                 session.end_epoch("time")
+        if data_free is not None and not number % 2:
+            data_free.run(window_s * DATA_FREE_SHARE)
 
 
 def _alone(

@@ -223,6 +223,25 @@ def startup_words(v: Verification) -> str | None:
     return f"start-up {v.before_startup_s:.2f} s → {v.after_startup_s:.2f} s, once per run (not in the rates)"
 
 
+def ceiling_share_words(v: Verification) -> str | None:
+    """The fix's rate as a share of the loop's ceiling, measured in the same rounds ('the loop's ceiling: 49.3
+    batches/s with its input taken away (its step on one batch, 6 windows); the fix reaches 68% of it, the
+    original 34%'); None without a step to measure it by."""
+    if v.ceiling is None:
+        return None
+    text = (
+        f"the loop's ceiling: {v.ceiling:.1f} batches/s with its input taken away (its step on one batch, "
+        f"{plural(v.ceiling_windows, 'window')})"
+    )
+    fixed = v.share_of_ceiling(None if v.verdict in NO_RATE else v.after)
+    before = v.share_of_ceiling(v.before)
+    if fixed is not None:
+        text += f"; the fix reaches {fixed:.0%} of it"
+    if before is not None:
+        text += f"{',' if fixed is not None else ';'} the original {before:.0%}"
+    return text
+
+
 # Other processes that took at least this many cores while loaderdoctor measured are worth saying.
 _BUSY_CORES = 0.25
 
@@ -262,9 +281,9 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     else:
         figures = f"{v.before:.1f} → {v.after:.1f} batches/s: "
     lines.append(Padding(Text(figures + v.note, style=colour), (0, 0, 0, 4)))
-    startup = startup_words(v)
-    if startup is not None:
-        lines.append(Padding(Text(startup, style="dim"), (0, 0, 0, 4)))
+    for words in (ceiling_share_words(v), startup_words(v)):
+        if words is not None:
+            lines.append(Padding(Text(words, style="dim"), (0, 0, 0, 4)))
     usable = v.after_recording.host.usable_cores if v.after_recording is not None else 0.0
     busy = _busy_host(v.other_cores, usable, v.other_processes)
     if busy:

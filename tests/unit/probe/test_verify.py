@@ -226,3 +226,34 @@ def test_a_fix_that_starts_far_sooner_and_runs_as_fast_helps():
     assert v.note.startswith("starts in 0.05 s instead of 6.70 s, once per run, and runs as fast (1.03x;")
     after.epochs[0].first_batch_s = 6.0  # 0.7 s sooner: not enough to count
     assert compare(before, after, "speed").verdict == "no-gain"
+
+
+def test_with_a_step_the_loops_ceiling_is_measured_in_the_same_rounds():
+    """The step on one batch, again and again, beside the windows: 2 ms a step against 8 ms of loading a batch,
+    so the loop with its input taken away runs several times faster, and each rate is a share of that."""
+    spec = LoaderSpec.from_loader(DataLoader(Sleepy(0.004), batch_size=2))
+    steps: list[torch.Tensor] = []
+
+    def step(batch: torch.Tensor) -> None:
+        steps.append(batch)
+        time.sleep(0.002)
+
+    before = make_recording(settings=ORIGINAL)
+    fix = Settings(prefetch_factor=None, pin_memory=False)
+    (v,) = verify(Measuring(spec, step=step), before, [_finding("input-bound")], [fix], budget_s=5.0)
+    assert v.ceiling is not None and v.ceiling_windows >= v.pairs >= 2
+    assert v.ceiling > 3 * v.after  # about 5x: (8 + 2) ms a batch against 2 ms
+    assert v.ceiling < 1 / 0.002  # no faster than the step allows
+    assert v.share_of_ceiling(v.after) < 0.35 and v.share_of_ceiling(v.before) < 0.35
+    written = v.to_dict()
+    assert written["ceiling_batches_per_s"] == pytest.approx(v.ceiling, rel=1e-3)
+    assert written["share_of_ceiling"] == pytest.approx(v.after / v.ceiling, abs=1e-3)
+    back = type(v).from_dict(written)
+    assert back.ceiling == pytest.approx(v.ceiling, rel=1e-3) and back.ceiling_windows == v.ceiling_windows
+
+
+def test_without_a_step_there_is_no_ceiling_to_measure():
+    spec = LoaderSpec.from_loader(DataLoader(Sleepy(0.002), batch_size=2))
+    before = make_recording(settings=ORIGINAL)
+    (v,) = verify(Measuring(spec), before, [_finding("input-bound")], [ORIGINAL], budget_s=2.0)
+    assert v.ceiling is None and v.to_dict()["share_of_ceiling"] is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.render.console import (
+    ceiling_share_words,
     host_findings,
     loader_findings,
     measured_rows,
@@ -108,7 +109,7 @@ def _verification(lr: LoaderReport) -> str:
         speedup = v.speedup
         shown = speedup is not None and not v.unsteady  # an unsteady one is a range, in the note
         figures = f"{v.before:.1f} → {v.after:.1f} batches/s" + (f" ({speedup:.2f}x)" if shown else "")
-    lines = [figures, v.note, startup_words(v) or ""]
+    lines = [figures, v.note, ceiling_share_words(v) or "", startup_words(v) or ""]
     snippet = code(v.settings.snippet()) if v.helped and v.source != "lock-free" else ""
     return verdict_box("good" if v.helped else "warning", head, change, lines, snippet)
 
