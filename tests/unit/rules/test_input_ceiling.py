@@ -74,3 +74,15 @@ def test_the_evidence_in_words():
     finding = input_ceiling(make_recording(ceiling=_ceiling(10.0, 16.0, 0.4)))
     words = evidence_words(finding.evidence)
     assert "measured cost of the input 37.5%" in words and "its cost as the waits say 40%" in words
+
+
+def test_a_disagreement_that_one_pair_of_turns_does_not_show_is_no_warning():
+    """Beside a busy neighbour one pair of turns may read the cost far from the rest: the waits are called wrong
+    only when every pair says so, the same way."""
+    ceiling = _ceiling(real_rate=10.0, free_rate=15.0, wait_share=0.08)  # measured 33%, waits 8%
+    assert input_ceiling(make_recording(ceiling=ceiling)).severity == "warning"
+    third = ceiling.turns[5]  # the third data-free turn ran as slowly as the real ones: that pair measured 0%
+    third.seconds = third.intervals / 10.0
+    finding = input_ceiling(make_recording(ceiling=ceiling))
+    assert finding.evidence["measured_input_cost"] - finding.evidence["wait_model_input_cost"] > 0.10  # overall
+    assert finding.severity == "info" and finding.evidence["turn_speedups"][-1] < 1.05
