@@ -168,6 +168,10 @@ def test_two_ranks_one_slow_switch_at_the_same_step_and_both_end(tmp_path):
     for loader in loaders.values():
         ceiling = loader["measurements"]["ceiling"]
         assert ceiling["data_free_steps"] == 12 and ceiling["ceiling_batches_per_s"] > 0
+    # the job's ceiling, on the lowest rank's loader: each rank's cost beside it
+    job = [f for loader in loaders.values() for f in loader["findings"] if f["rule"] == "job-ceiling"]
+    assert len(job) == 1 and set(job[0]["evidence"]["input_cost_by_rank"]) == {"0", "1"}
+    assert job[0]["evidence"]["ranks_measured"] == 2
 
 
 LONG = """\

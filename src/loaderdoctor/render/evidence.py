@@ -36,6 +36,8 @@ LABELS: dict[str, tuple[str, str]] = {
     "wait_model_input_cost": ("its cost as the waits say", _SHARE),
     "data_free_steps": ("steps on repeated batches", ""),
     "turn_speedups": ("data-free turns against the real ones beside them", "x"),
+    "input_cost_by_rank": ("measured cost of the input by rank", _SHARE),
+    "ranks_measured": ("ranks measured", ""),
     # settings and processes
     "num_workers": ("workers", ""),
     "workers": ("workers", ""),

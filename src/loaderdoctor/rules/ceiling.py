@@ -1,11 +1,12 @@
 """input-ceiling: what the loop ran at with its input taken away (`run --ceiling`), against its real rate and
-against what its waits say the input costs."""
+against what its waits say the input costs; job-ceiling: the same for a job's ranks together."""
 
 from __future__ import annotations
 
 from loaderdoctor.plain.words import percent
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules.finding import Finding
+from loaderdoctor.tap.ceiling import Ceiling
 
 # Points of the loop's time between the measured cost of the input and the wait model's reading past which the
 # wait model is called wrong for the job: by every pair of turns, in the same direction (one pair that agrees is
@@ -72,6 +73,46 @@ def input_ceiling(rec: Recording) -> Finding | None:
         fix=(
             f"Trust the measured figure, {percent(cost)}: the wait model is wrong for this job ({why}). A perfect "
             f"input pipeline would make it {speedup:.2f}x faster."
+        ),
+        impact=cost,
+    )
+
+
+def job_ceiling(ceilings: dict[int, Ceiling]) -> Finding | None:
+    """The job's ceiling, from its ranks' data-free turns (one loader made at one place in every rank): the ranks
+    meet in collectives, so the job runs at its slowest rank's rate, real or data-free. None with fewer than two
+    ranks measured."""
+    measured = {
+        rank: (real, free)
+        for rank, c in sorted(ceilings.items())
+        if (real := c.rate("real")) is not None and (free := c.rate("data-free")) is not None
+    }
+    if len(measured) < 2:
+        return None
+    real = min(r for r, _ in measured.values())
+    free = min(f for _, f in measured.values())
+    speedup = free / real
+    cost = max(0.0, 1.0 - 1.0 / speedup)
+    costs = {rank: max(0.0, 1.0 - r / f) for rank, (r, f) in measured.items()}
+    per_rank = ", ".join(f"rank {rank} {percent(c)}" for rank, c in costs.items())
+    return Finding(
+        rule="job-ceiling",
+        severity="info",
+        title=(
+            f"With its input taken away the job ({len(measured)} ranks) ran {speedup:.2f}x as fast: the input costs "
+            f"{percent(cost)} of its time ({per_rank})"
+        ),
+        evidence={
+            "ranks_measured": len(measured),
+            "real_batches_per_s": round(real, 3),
+            "ceiling_batches_per_s": round(free, 3),
+            "ceiling_speedup": round(speedup, 3),
+            "measured_input_cost": round(cost, 3),
+            "input_cost_by_rank": {str(rank): round(c, 3) for rank, c in costs.items()},
+        },
+        fix=(
+            f"The job runs at its slowest rank's pace, with its input and without: a perfect input pipeline on every "
+            f"rank would make it {speedup:.2f}x faster, and no more."
         ),
         impact=cost,
     )

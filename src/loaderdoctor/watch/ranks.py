@@ -25,6 +25,7 @@ from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.loader.ddp import DdpPlan, ddp_plan
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules import order
+from loaderdoctor.rules.ceiling import job_ceiling
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port, signal_session
@@ -235,7 +236,8 @@ def read_runs(path: Path) -> tuple[dict[str, Any], list[LoaderRun]]:
 def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
     """Each rank's loaders, in rank order, with, for each loader made at one place in every rank
     ("train.py:41/rank0", "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there
-    is one, and the DDP plan on the lowest rank's loader when it draws from a DistributedSampler."""
+    is one, and on the lowest rank's loader the job's ceiling (`--ceiling`) and the DDP plan when it draws from a
+    DistributedSampler."""
     by_site: dict[str, dict[int, LoaderRun]] = {}
     for rank, runs in sorted(loaders.items()):
         for run in runs:
@@ -250,6 +252,9 @@ def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_siz
             slow = ranks[int(finding.evidence["rank"])].report
             slow.findings = order([*slow.findings, finding])
         first = ranks[min(ranks)].report
+        ceilings = {rank: c for rank, run in ranks.items() if (c := run.report.recording.ceiling) is not None}
+        if (job := job_ceiling(ceilings)) is not None:
+            first.findings = order([*first.findings, job])
         first.plan = _plan(first.recording, world_size)
     return [run for _, runs in sorted(loaders.items()) for run in runs]
 

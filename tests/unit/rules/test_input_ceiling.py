@@ -86,3 +86,36 @@ def test_a_disagreement_that_one_pair_of_turns_does_not_show_is_no_warning():
     finding = input_ceiling(make_recording(ceiling=ceiling))
     assert finding.evidence["measured_input_cost"] - finding.evidence["wait_model_input_cost"] > 0.10  # overall
     assert finding.severity == "info" and finding.evidence["turn_speedups"][-1] < 1.05
+
+
+def test_the_jobs_ceiling_is_its_slowest_ranks_with_its_input_and_without():
+    from loaderdoctor.rules.ceiling import job_ceiling
+
+    ranks = {0: _ceiling(real_rate=10.0, free_rate=40.0, wait_share=0.7), 1: _ceiling(9.0, 30.0, 0.7)}
+    finding = job_ceiling(ranks)
+    assert finding.rule == "job-ceiling" and finding.severity == "info"
+    assert finding.evidence["ceiling_speedup"] == pytest.approx(30.0 / 9.0, abs=1e-3)
+    assert finding.evidence["input_cost_by_rank"] == {"0": 0.75, "1": 0.7}
+    assert finding.title == (
+        "With its input taken away the job (2 ranks) ran 3.33x as fast: the input costs 70% of its time "
+        "(rank 0 75%, rank 1 70%)"
+    )
+    assert "measured cost of the input by rank 0: 75%" in evidence_words(finding.evidence)
+    assert job_ceiling({0: ranks[0]}) is None  # one rank is no job to join
+
+
+def test_joined_ranks_get_the_jobs_ceiling_on_the_lowest_rank():
+    from loaderdoctor.report import LoaderReport
+    from loaderdoctor.watch.ranks import joined
+    from loaderdoctor.watch.scriptloaders import LoaderRun
+
+    def run(rank: int, free_rate: float) -> LoaderRun:
+        rec = make_recording(ceiling=_ceiling(real_rate=10.0, free_rate=free_rate, wait_share=0.6))
+        return LoaderRun(LoaderReport(f"train.py:9/rank{rank}", rec, [], None), "2026-11-27T00:00:00", {})
+
+    runs = joined({0: [run(0, 25.0)], 1: [run(1, 20.0)]}, {0: "vm", 1: "vm"}, world_size=2)
+    first, second = (r.report for r in runs)
+    assert [f.rule for f in first.findings if f.rule == "job-ceiling"] == ["job-ceiling"]
+    assert not [f for f in second.findings if f.rule == "job-ceiling"]
+    (job,) = [f for f in first.findings if f.rule == "job-ceiling"]
+    assert job.evidence["ceiling_batches_per_s"] == pytest.approx(20.0)
