@@ -136,6 +136,12 @@ class CeilingTurns:
             place -= turn.deliveries
         return None
 
+    def kind_at(self, step: int) -> str | None:
+        """The kind of the turn delivery `step` (counted from the loader's first) falls in, None outside the
+        turns."""
+        turn = self._turn(step)
+        return None if turn is None else self.ceiling.turns[turn[0]].kind
+
     @property
     def done(self) -> bool:
         """Whether every turn has gone by."""

@@ -197,17 +197,22 @@ class HookedLoader:
         self._delay_from = self._run_delay()
         self._aside, self._paused_at = (0.0, 0.0), None
 
-    def batches_stepped(self, count: int, started: Moment) -> None:
+    def batches_stepped(self, count: int, started: Moment, data_free: int = 0) -> None:
         """`count` batches were fetched in one go before the step hook at `started`, then stepped on one after the
         other until now (the end hook): recorded as `count` batches taking turns, each with an even share of the
         wait since the last end hook (less the time set aside) and of the steps. Their samples are the loader's
-        batch size each (no batch is seen)."""
+        batch size each (no batch is seen). `data_free` more batches of the step were handed again (the ceiling's
+        turns): the wait is the real ones', their share of the steps is set aside."""
         if count < 1:
+            if data_free:
+                self.data_free_step(started)
             return
         now = self.moment()
         wait_s, wait_cpu_s = self._waited(*started)
         share_wait, share_cpu = wait_s / count, wait_cpu_s / count
-        share_step = max(0.0, now[0] - started[0]) / count
+        share_step = max(0.0, now[0] - started[0]) / (count + data_free)
+        self._aside_total_s += data_free * share_step
+        now = (now[0] - data_free * share_step, now[1])  # the real batches' steps end there
         # The first batch arrives one share of the wait before the hook, as if the others had been fetched after
         # it; each next batch one step and one share of the wait later; the last step ends now.
         first_at = started[0] - (count - 1) * share_wait
@@ -235,8 +240,22 @@ class HookedLoader:
         finally:
             self._replay = None
         self._in_step = False
-        self._idle_from = now
+        self._idle_from = self.moment() if data_free else now
         self._aside, self._paused_at = (0.0, 0.0), None
+
+    def data_free_step(self, started: Moment) -> None:
+        """The step from `started` (its start hook) to now was on a batch handed again (the ceiling's turns,
+        tap/ceiling.py): no batch of the run's, and its time is set aside, as a tapped loop's data-free step is
+        (RunRecorder's BatchReplayed). The time before it stays the next batch's wait (a trainer that fetches a batch
+        ahead fetched a real one there)."""
+        now, cpu = self.moment()
+        seconds, cpu_s = max(0.0, now - started[0]), max(0.0, cpu - started[1])
+        self._idle_from = (self._idle_from[0] + seconds, self._idle_from[1] + cpu_s)
+        if self._epoch_from is not None:
+            self._epoch_from = (self._epoch_from[0] + seconds, self._epoch_from[1] + cpu_s)
+        self._aside_total_s += seconds
+        self._delay_from = None  # the thread's run delay over the wait alone is not known
+        self._in_step = False
 
     def epoch_ended(self) -> None:
         """The epoch's last batch went by (a later call for the same epoch does nothing)."""

@@ -7,7 +7,12 @@ optimizer step it fetches the step's batches (gradient_accumulation_steps of the
 on_step_begin, steps on each batch (on_substep_end after each but the last) and calls on_step_end. A step's wait
 runs from the end hook of the step before (or from the epoch's start) to its start hook, its batches share it
 evenly (HookedLoader.batches_stepped). What follows a step's end hook before the next fetch (logging, evaluation,
-saving a checkpoint: on_log, on_evaluate, on_save at their ends) is set aside: neither the step nor a wait."""
+saving a checkpoint: on_log, on_evaluate, on_save at their ends) is set aside: neither the step nor a wait.
+
+With `ceiling=`, the data-free turns (tap/ceiling.py) go through accelerate's loader: its `base_dataloader`, which
+its __iter__ iterates each epoch, is a TurnsLoader for the training (watch/trainerceiling.py), the user's loader
+again at its end. The Trainer sets an epoch's number of batches from the loader's length before any callback is
+called: an epoch with data-free steps trains on as many fewer of its real batches (its last ones)."""
 
 from __future__ import annotations
 
@@ -17,13 +22,14 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from loaderdoctor.errors import LoaderDoctorWarning, UsageError
+from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.watch.census import WorkerCensus
 from loaderdoctor.watch.hooked import HookedLoader, Moment
 from loaderdoctor.watch.progress import epoch_line
-from loaderdoctor.watch.trainerhooks import measuring, print_report
+from loaderdoctor.watch.trainerceiling import TrainerCeiling, TurnsLoader, ceiling_option
+from loaderdoctor.watch.trainerhooks import check_callback_options, measuring, print_report
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -48,6 +54,15 @@ class _Training:
         self.aside_from: Moment | None = None  # since the last step's end hook, or the last time set aside
         self.broken = False
         self.finished = False
+        self.ceiling: TrainerCeiling | None = None  # the train loader's data-free turns (ceiling=...)
+        self.turned: tuple[Any, Any] | None = None  # (accelerate's loader, the DataLoader it held) while turned
+
+    def restore(self) -> None:
+        """Accelerate's loader holds the DataLoader it wrapped again (its turns done or not)."""
+        if self.turned is not None:
+            wrapper, loader = self.turned
+            self.turned = None
+            wrapper.base_dataloader = loader
 
 
 class LoaderDoctorTrainerCallback(TrainerCallback):
@@ -60,15 +75,27 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
     At the end of training the run is diagnosed with check's rules, printed on stderr, and kept in the history
     (unless `history` is False) under `name` (default: the model's class name) followed by "/train". In a
     distributed run every process measures; the main one alone prints and keeps. `reports` holds the last
-    training's diagnosis by run name. A train() that raises is not diagnosed here (`loaderdoctor run` does it)."""
+    training's diagnosis by run name. A train() that raises is not diagnosed here (`loaderdoctor run` does it).
 
-    def __init__(self, name: str | None = None, *, cost_per_hour: float | None = None, history: bool = True) -> None:
-        if name is not None and (not isinstance(name, str) or not name):
-            raise UsageError(f"LoaderDoctorTrainerCallback's name must be a non-empty string, not {name!r}")
-        if cost_per_hour is not None and (
-            isinstance(cost_per_hour, bool) or not isinstance(cost_per_hour, (int, float)) or cost_per_hour < 0
-        ):
-            raise UsageError(f"cost_per_hour must be a number, 0 or more, not {cost_per_hour!r}")
+    `ceiling` (True, or a number of steps; off by default) measures the training's rate with its input taken away,
+    as `loaderdoctor run --ceiling` does: for a few turns the train loader hands the step the batch it got last,
+    and the report puts that rate beside the real one. Those steps train on repeated batches, and take the place
+    of as many of their epoch's last real batches (the Trainer counts an epoch's batches before it starts): use it
+    on a diagnostic run. With `ceiling_only`, train() ends once the turns are done, by SystemExit(0)
+    (loaderdoctor.tap.ceiling.CeilingMeasured), its diagnosis printed."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        cost_per_hour: float | None = None,
+        history: bool = True,
+        ceiling: bool | int = False,
+        ceiling_only: bool = False,
+    ) -> None:
+        check_callback_options("LoaderDoctorTrainerCallback", name, cost_per_hour)
+        self.ceiling = ceiling_option(ceiling, ceiling_only)
+        self.ceiling_only = ceiling_only
         self.name = name
         self.cost_per_hour = cost_per_hour
         self.history = history
@@ -118,7 +145,9 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         assert run is not None
         if run.step_from is None:
             return
-        run.hooked.batches_stepped(run.batches + 1, run.step_from)
+        count = run.batches + 1
+        data_free = run.ceiling.stepped(count) if run.ceiling is not None else 0
+        run.hooked.batches_stepped(count - data_free, run.step_from, data_free=data_free)
         run.step_from = None
         run.aside_from = run.hooked.idle_since
 
@@ -141,6 +170,8 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run = self._run
         assert run is not None
         run.hooked.epoch_ended()
+        if run.ceiling is not None:
+            run.ceiling.epoch_ended()
         run.aside_from = None  # what follows until the next epoch's start is no epoch's
         progress = run.hooked.epoch_progress(_epochs(args), self.cost_per_hour)
         if progress is not None and run.main:
@@ -174,7 +205,28 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
             workers=lambda: census.claim("train", [inner]),
             kind="huggingface",
         )
-        return _Training(hooked, main=bool(state.is_world_process_zero))
+        run = _Training(hooked, main=bool(state.is_world_process_zero))
+        if self.ceiling is not False:
+            if inner is loader:
+                warnings.warn(
+                    "loaderdoctor cannot measure the ceiling: the Trainer's train loader is not accelerate's",
+                    LoaderDoctorWarning,
+                    stacklevel=3,
+                )
+            else:
+                run.ceiling = TrainerCeiling(
+                    inner, self.ceiling, stop_when_done=self.ceiling_only, on_measured=self._finish
+                )
+                loader.base_dataloader = TurnsLoader(inner, run.ceiling)  # iterated by accelerate's __iter__
+                run.turned = (loader, inner)
+                hooked.recorder.rec.ceiling = run.ceiling.turns.ceiling  # filled in as the turns go by
+                if run.main:
+                    log.warning(
+                        "loaderdoctor: the ceiling's data-free steps train on repeated batches, and the Trainer "
+                        "counted its epochs' batches already: they take the place of as many of their epoch's last "
+                        "real batches (a diagnostic run; see the README)"
+                    )
+        return run
 
     def _set_aside(self) -> None:
         """The time since the last step's end (or the last time set aside) was the Trainer's own: not a wait."""
@@ -188,6 +240,8 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
 
     def _stop_sampling(self) -> None:
         run = self._run
+        if run is not None:
+            run.restore()
         if run is not None and not run.finished:
             run.finished = True
             run.hooked.sampler.stop()
@@ -195,6 +249,8 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
     def _finish(self) -> None:
         """Diagnose the run; in the main process print the diagnosis on stderr and keep the run. Never raises."""
         run = self._run
+        if run is not None:
+            run.restore()
         if run is None or run.finished:
             return
         if run.broken:  # what was recorded may be inconsistent: no diagnosis, only the sampler stopped

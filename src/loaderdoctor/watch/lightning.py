@@ -20,9 +20,11 @@ from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.trackers import METRIC_PREFIX, summarize
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
+from loaderdoctor.watch.lightningceiling import install_ceiling
 from loaderdoctor.watch.lightningstate import Fit, batch_count, dataloaders_of, facts_after_iter, moment
 from loaderdoctor.watch.progress import epoch_line
-from loaderdoctor.watch.trainerhooks import measuring, print_report
+from loaderdoctor.watch.trainerceiling import ceiling_option
+from loaderdoctor.watch.trainerhooks import check_callback_options, measuring, print_report
 
 try:
     from lightning.pytorch import Callback, LightningModule, Trainer
@@ -50,7 +52,14 @@ class LoaderDoctorCallback(Callback):
     class name) followed by "/train" or "/val". Under DDP every rank measures; rank 0 alone logs, prints and
     keeps; at the fit's end, rank 0 logs each loader's main figures over the whole fit too (`loaderdoctor/train/
     batches_per_s`, `.../wait_fraction`, `.../share_of_limit`). `reports` holds the last fit's diagnosis by run
-    name."""
+    name.
+
+    `ceiling` (True, or a number of steps; off by default) measures the fit's rate with its input taken away, as
+    `loaderdoctor run --ceiling` does: for a few turns the train loader hands the training step the batch it got
+    last, and the report puts that rate beside the real one. Those steps train on repeated batches: use it on a
+    diagnostic run. Each epoch that has data-free steps is that much longer, so that the loader still delivers
+    all its batches, once, in order. With `ceiling_only`, the fit ends once the turns are done, by SystemExit(0)
+    (loaderdoctor.tap.ceiling.CeilingMeasured), its diagnosis printed."""
 
     def __init__(
         self,
@@ -59,17 +68,16 @@ class LoaderDoctorCallback(Callback):
         cost_per_hour: float | None = None,
         history: bool = True,
         log_every_n_steps: int | None = None,
+        ceiling: bool | int = False,
+        ceiling_only: bool = False,
     ) -> None:
-        if name is not None and (not isinstance(name, str) or not name):
-            raise UsageError(f"LoaderDoctorCallback's name must be a non-empty string, not {name!r}")
-        if cost_per_hour is not None and (
-            isinstance(cost_per_hour, bool) or not isinstance(cost_per_hour, (int, float)) or cost_per_hour < 0
-        ):
-            raise UsageError(f"cost_per_hour must be a number, 0 or more, not {cost_per_hour!r}")
+        check_callback_options("LoaderDoctorCallback", name, cost_per_hour)
         if log_every_n_steps is not None and (
             isinstance(log_every_n_steps, bool) or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1
         ):
             raise UsageError(f"log_every_n_steps must be a whole number, 1 or more, not {log_every_n_steps!r}")
+        self.ceiling = ceiling_option(ceiling, ceiling_only)
+        self.ceiling_only = ceiling_only
         self.name = name
         self.cost_per_hour = cost_per_hour
         self.history = history
@@ -94,6 +102,9 @@ class LoaderDoctorCallback(Callback):
         assert self._fit is not None
         self._fit.fit_start = (moment(), iterator_facts(0, None))
 
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._restore(trainer)  # before the trainer's teardown resets the loader's iterator
+
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._finish(trainer)
 
@@ -107,8 +118,13 @@ class LoaderDoctorCallback(Callback):
 
     # Training batches
 
-    @_measuring
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._train_epoch_start(trainer)
+        if self._fit is not None and self._fit.ceiling is not None:  # the turns go on (or end) measured or not
+            self._fit.ceiling.epoch_started(trainer, measured=not self._fit.broken)
+
+    @_measuring
+    def _train_epoch_start(self, trainer: Trainer) -> None:
         fit = self._fit
         assert fit is not None
         train = self._loader(trainer, "train", trainer.train_dataloader, batch_count(trainer.num_training_batches))
@@ -117,14 +133,20 @@ class LoaderDoctorCallback(Callback):
         if train.epoch < 0:
             at, facts = fit.fit_start
             train.epoch_started(at, facts)
+            if self.ceiling is not False:
+                fit.ceiling = install_ceiling(trainer, train.loader, self.ceiling, stop_when_done=self.ceiling_only)
+                if fit.ceiling is not None:
+                    train.recorder.rec.ceiling = fit.ceiling.ceiling.turns.ceiling  # filled in as the turns go by
         else:
             train.epoch_started()
 
     @_measuring
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        assert self._fit is not None
-        train = self._fit.train
-        if train is not None:
+        fit = self._fit
+        assert fit is not None
+        train = fit.train
+        fit.data_free = moment() if fit.ceiling is not None and fit.ceiling.stepped() else None
+        if train is not None and fit.data_free is None:
             train.batch_started(batch)
 
     @_measuring
@@ -136,10 +158,16 @@ class LoaderDoctorCallback(Callback):
         train = fit.train
         if train is None:
             return
-        train.batch_ended()
+        data_free, fit.data_free = fit.data_free, None
+        if data_free is not None:
+            train.data_free_step(data_free)  # no batch of the run's
+        else:
+            train.batch_ended()
         total = batch_count(trainer.num_training_batches)
         if total is not None and batch_idx + 1 >= total:
             train.epoch_ended()  # now, not at on_train_epoch_end: the validation that follows is not the epoch's
+        if data_free is not None:
+            return
         fit.steps_since_log += 1
         if fit.steps_since_log >= fit.log_every:
             fit.steps_since_log = 0
@@ -320,6 +348,7 @@ class LoaderDoctorCallback(Callback):
 
     def _finish(self, trainer: Trainer) -> None:
         """Diagnose every loader's run; on rank 0 print the diagnosis on stderr and keep the runs. Never raises."""
+        self._restore(trainer)
         fit = self._fit
         if fit is None or fit.finished:
             return
@@ -345,6 +374,11 @@ class LoaderDoctorCallback(Callback):
         if reports and fit.main:
             print_report(Report(f"{fit.base} (Lightning fit)", reports))
             self._log_fit_figures(trainer, reports)
+
+    def _restore(self, trainer: Trainer) -> None:
+        """The fit's train loader as the user gave it, its turns done or not. Never raises."""
+        if self._fit is not None and self._fit.ceiling is not None:
+            self._fit.ceiling.restore(trainer)
 
 
 def _to_loggers(trainer: Trainer, metrics: dict[str, float]) -> None:

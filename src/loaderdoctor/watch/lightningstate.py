@@ -17,6 +17,8 @@ from loaderdoctor.watch.hooked import HookedLoader, Moment
 if TYPE_CHECKING:
     from lightning.pytorch import Trainer
 
+    from loaderdoctor.watch.lightningceiling import LightningCeiling
+
 
 def dataloaders_of(iterables: Any) -> list[Any]:
     """The loaders of what a trainer iterates: one loader, or a list or dict of them (a combined loader)."""
@@ -50,6 +52,8 @@ class Fit:
         self.val_facts: IteratorFacts | None = None  # the main process's state then
         self.val_key: str | None = None  # the val loader whose batches come now
         self.steps_since_log = 0
+        self.ceiling: LightningCeiling | None = None  # the train loader's data-free turns (ceiling=...)
+        self.data_free: Moment | None = None  # the start of the training step under way on a batch handed again
         self.broken = False
         self.finished = False
         self.main = trainer.global_rank == 0

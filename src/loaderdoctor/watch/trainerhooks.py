@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from loaderdoctor.errors import LoaderDoctorWarning
+from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.render.console import render
 from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import Report
@@ -51,3 +51,13 @@ def print_report(report: Report) -> None:
         render(report, SafeConsole(stderr=True))
     except Exception as error:
         log.warning("loaderdoctor could not print its diagnosis: %s: %s", type(error).__name__, error)
+
+
+def check_callback_options(callback: str, name: Any, cost_per_hour: Any) -> None:
+    """A callback's `name` and `cost_per_hour`, as both callbacks take them; UsageError for a bad one."""
+    if name is not None and (not isinstance(name, str) or not name):
+        raise UsageError(f"{callback}'s name must be a non-empty string, not {name!r}")
+    if cost_per_hour is not None and (
+        isinstance(cost_per_hour, bool) or not isinstance(cost_per_hour, (int, float)) or cost_per_hour < 0
+    ):
+        raise UsageError(f"cost_per_hour must be a number, 0 or more, not {cost_per_hour!r}")
