@@ -333,6 +333,16 @@ class Tap:
     def current(self, iterator: TapIterator | None) -> None:
         self._current = weakref.ref(iterator) if iterator is not None else None
 
+    def batches_per_epoch(self) -> int | None:
+        """The loader's batches in an epoch as its sampler has them now; None where unknown (an IterableDataset,
+        whose length is at most an estimate, or a sampler without one)."""
+        if self.fingerprints:  # an IterableDataset
+            return None
+        try:
+            return len(self.loader)
+        except TypeError:
+            return None
+
     @property
     def slowest_wait_s(self) -> float:
         """The slowest of the recent steady-state batches."""

@@ -105,13 +105,21 @@ class Watchdog:
         threshold = policy.threshold_s(self._tap.slowest_wait_s, first)
         reason = None
         over_budget = False
+        # Past the epoch's last batch, next() waits for torch to end the workers (each join bounded by torch):
+        # a spawned worker's exit on a busy machine can take seconds. Allowed as long as a start-up.
+        ending = waited > threshold and not first and self._past_last_batch(current)
+        if ending:
+            threshold = max(threshold, policy.first_batch_s)
         if waited > threshold:
-            reason = (
-                f"no first batch {waited:.1f} s after iter()"
-                if first
-                else f"no batch for {waited:.1f} s, over {policy.multiple:g}x the slowest recent batch "
-                f"({self._tap.slowest_wait_s:.2f} s) and the {policy.floor_s:g} s floor"
-            )
+            if first:
+                reason = f"no first batch {waited:.1f} s after iter()"
+            elif ending:
+                reason = f"the epoch's end (its workers ended) not reached {waited:.1f} s after its last batch"
+            else:
+                reason = (
+                    f"no batch for {waited:.1f} s, over {policy.multiple:g}x the slowest recent batch "
+                    f"({self._tap.slowest_wait_s:.2f} s) and the {policy.floor_s:g} s floor"
+                )
         elif (
             first
             and waited > policy.first_batch_idle_s
@@ -131,3 +139,8 @@ class Watchdog:
         if reason is None:
             return None
         return StallNotice(current.epoch, current.index, waited, threshold, reason, list(current.pids), over_budget)
+
+    def _past_last_batch(self, current: object) -> bool:
+        """Whether the iterator waited on has delivered (or failed) every batch of its epoch, as far as known."""
+        length = self._tap.batches_per_epoch()
+        return length is not None and getattr(current, "index", 0) >= length

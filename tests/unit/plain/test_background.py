@@ -141,6 +141,9 @@ class _FlakyTap:
             raise OSError("a clock that failed once")
         return 100.0
 
+    def batches_per_epoch(self) -> int | None:
+        return None
+
 
 def test_a_watchdog_whose_check_fails_logs_it_and_goes_on_to_fire(caplog):
     notices: list[StallNotice] = []

@@ -30,9 +30,13 @@ class FakeTap:
     current: FakeIterator | None = None
     slowest_wait_s: float = 0.0
     now: float = 0.0
+    length: int | None = None
 
     def clock(self) -> float:
         return self.now
+
+    def batches_per_epoch(self) -> int | None:
+        return self.length
 
 
 def _steady(waiting_since: float = 200.0, slowest_wait_s: float = 1.0, **kw) -> FakeTap:
@@ -226,3 +230,19 @@ def test_a_stall_handler_that_raises_is_logged_and_the_watchdog_ends(caplog):
     dog._thread.join(timeout=5)
     assert dog.fired is not None and not dog._thread.is_alive()
     assert "the stall handler failed" in caplog.text
+
+
+def test_the_wait_past_an_epochs_last_batch_is_allowed_as_long_as_a_start_up():
+    """After the last batch next() waits for torch to end the workers: a spawned worker's exit beside a busy
+    neighbour took 1.6 s against a 1.5 s floor, and was called a stall. That wait gets the start-up's allowance."""
+    tap = _steady(waiting_since=200.0, slowest_wait_s=0.01)  # waiting after batch 7
+    tap.length = 7  # of 7: every batch was delivered
+    dog = Watchdog(tap, POLICY, _never)
+    assert dog.check(215.0) is None  # past the 10 s floor, within the 60 s start-up allowance
+    notice = dog.check(261.0)
+    assert notice is not None and notice.threshold_s == 60.0
+    assert notice.reason == "the epoch's end (its workers ended) not reached 61.0 s after its last batch"
+    tap.length = 8  # a batch still to come: the floor stands
+    assert Watchdog(tap, POLICY, _never).check(215.0) is not None
+    tap.length = None  # unknown (an IterableDataset): the floor stands
+    assert Watchdog(tap, POLICY, _never).check(215.0) is not None
