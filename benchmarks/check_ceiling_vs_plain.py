@@ -4,7 +4,7 @@ plain loop that trains on one cached batch, and the fix's share of it against th
 Usage: python benchmarks/check_ceiling_vs_plain.py [--rounds N] [--budget S] [MODE ...]
 
 Modes: `sleep` (the demo's loader and its 20 ms sleeping step: an accelerator's step leaves the CPU free) and
-`cpu` (the demo's loader and a 20 ms CPU step, calibrated once and handed to both sides). For each mode, in turns,
+`cpu` (the demo's loader and a CPU step of matrix passes, their number calibrated once and handed to both sides). For each mode, in turns,
 `rounds` times:
   - the tool: `loaderdoctor check bench_target.py:loaders --json`: its verification's ceiling
     (`ceiling_batches_per_s`), the fix's rate and its share of the ceiling;
@@ -31,14 +31,12 @@ import torch
 import loaderdoctor
 from loaderdoctor.scenarios.demo import BlurredImages  # the demo's dataset
 
-MODE = os.environ["CHECK_BENCH_MODE"]
-PASSES = int(os.environ["CHECK_BENCH_PASSES"])
 WEIGHT = torch.randn(256, 256)
 
 
 def cpu_step(batch) -> None:
     x = torch.ones(64, 256)
-    for _ in range(PASSES):
+    for _ in range(int(os.environ["CHECK_BENCH_PASSES"])):
         x = torch.tanh(x @ WEIGHT)
 
 
@@ -49,7 +47,7 @@ def sleep_step(batch) -> None:
 def loaders():
     torch.set_num_threads(1)
     train = torch.utils.data.DataLoader(BlurredImages(count=512, size=160, crop=128), batch_size=32)
-    return loaderdoctor.Workload(train, step=cpu_step if MODE == "cpu" else sleep_step)
+    return loaderdoctor.Workload(train, step=cpu_step if os.environ["CHECK_BENCH_MODE"] == "cpu" else sleep_step)
 
 
 def calibrated(step_ms: float) -> int:

@@ -38,6 +38,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "turn_speedups": ("data-free turns against the real ones beside them", "x"),
     "input_cost_by_rank": ("measured cost of the input by rank", _SHARE),
     "ranks_measured": ("ranks measured", ""),
+    "batches_left_unasked": ("batches of its epochs never asked for", ""),
     # settings and processes
     "num_workers": ("workers", ""),
     "workers": ("workers", ""),

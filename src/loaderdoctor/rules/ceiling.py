@@ -39,6 +39,16 @@ def input_ceiling(rec: Recording) -> Finding | None:
         "data_free_steps": ceiling.data_free_steps,
         "turn_speedups": [round(p, 3) for p in pairs],
     }
+    unasked = batches_left_unasked(rec)
+    if unasked:
+        evidence["batches_left_unasked"] = unasked
+    caveat = (
+        f" The loop left {unasked} of its epochs' batches unasked: where it counts an epoch's batches itself "
+        "(Lightning's and the Hugging Face Trainer's loops, range(len(loader))), the data-free steps took the place "
+        "of as many real ones (the Lightning callback's ceiling= lengthens the epoch instead)."
+        if unasked
+        else ""
+    )
     measured = (
         f"with its input taken away the loop ran {speedup:.2f}x as fast: the input costs {percent(cost)} of its time"
     )
@@ -51,7 +61,7 @@ def input_ceiling(rec: Recording) -> Finding | None:
             evidence=evidence,
             fix=(
                 f"A perfect input pipeline would make this job {speedup:.2f}x faster, and no more: the loop's "
-                f"{ceiling.data_free_steps} data-free steps trained on batches it had already seen."
+                f"{ceiling.data_free_steps} data-free steps trained on batches it had already seen." + caveat
             ),
             impact=cost,
         )
@@ -72,10 +82,19 @@ def input_ceiling(rec: Recording) -> Finding | None:
         evidence=evidence,
         fix=(
             f"Trust the measured figure, {percent(cost)}: the wait model is wrong for this job ({why}). A perfect "
-            f"input pipeline would make it {speedup:.2f}x faster."
+            f"input pipeline would make it {speedup:.2f}x faster." + caveat
         ),
         impact=cost,
     )
+
+
+def batches_left_unasked(rec: Recording) -> int:
+    """Batches of the loader's epochs that the loop never asked for: it left those epochs (or the run ended) before
+    their end. With data-free steps, a loop that counts an epoch's batches leaves as many."""
+    per_epoch = rec.batches_per_epoch
+    if not per_epoch or rec.ceiling is None or not rec.ceiling.data_free_steps:
+        return 0
+    return sum(per_epoch - e.batches for e in rec.epochs if e.ended in ("left", "time") and e.batches < per_epoch)
 
 
 def job_ceiling(ceilings: dict[int, Ceiling]) -> Finding | None:

@@ -119,3 +119,20 @@ def test_joined_ranks_get_the_jobs_ceiling_on_the_lowest_rank():
     assert not [f for f in second.findings if f.rule == "job-ceiling"]
     (job,) = [f for f in first.findings if f.rule == "job-ceiling"]
     assert job.evidence["ceiling_batches_per_s"] == pytest.approx(20.0)
+
+
+def test_batches_a_loop_left_unasked_beside_data_free_steps_are_said():
+    """A loop that counts an epoch's batches (Lightning's, the Hugging Face Trainer's) ends the epoch after as many
+    steps as the loader has batches: the data-free ones took the place of real ones, and the finding says so."""
+    from loaderdoctor.recording.record import EpochRecord
+
+    rec = make_recording(ceiling=_ceiling(real_rate=10.0, free_rate=16.0, wait_share=0.40))
+    assert "unasked" not in input_ceiling(rec).fix
+    per_epoch = rec.batches_per_epoch
+    rec.epochs = [
+        EpochRecord(0, 0.1, per_epoch - 9, 5.0, [], "left"),
+        EpochRecord(1, 0.1, per_epoch, 5.0, [], "exhausted"),
+    ]
+    finding = input_ceiling(rec)
+    assert finding.evidence["batches_left_unasked"] == 9
+    assert "The loop left 9 of its epochs' batches unasked" in finding.fix
