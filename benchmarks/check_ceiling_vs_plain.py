@@ -4,8 +4,8 @@ plain loop that trains on one cached batch, and the fix's share of it against th
 Usage: python benchmarks/check_ceiling_vs_plain.py [--rounds N] [--budget S] [MODE ...]
 
 Modes: `sleep` (the demo's loader and its 20 ms sleeping step: an accelerator's step leaves the CPU free) and
-`cpu` (the demo's loader and a CPU step of matrix passes, their number calibrated once and handed to both sides). For each mode, in turns,
-`rounds` times:
+`cpu` (the demo's loader and a CPU step of matrix passes, their number calibrated once and handed to both sides).
+For each mode, in turns, `rounds` times:
   - the tool: `loaderdoctor check bench_target.py:loaders --json`: its verification's ceiling
     (`ceiling_batches_per_s`), the fix's rate and its share of the ceiling;
   - the plain loops, in one process: the loader with the verified fix's settings through the step, and the step on
