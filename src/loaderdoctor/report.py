@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoctor.loader.ddp import DdpPlan
@@ -174,13 +174,32 @@ class LoaderReport:
 
 
 @dataclass
+class UnwatchedProcess:
+    """A process of a run's job that could not be watched (a rank, or a process that made a loader, that wrote
+    nothing of what it measured), and why; its pid None where it never said (a rank of --nproc-per-node)."""
+
+    pid: int | None
+    rank: int | None
+    why: str
+    argv: str = ""
+
+    def words(self) -> str:
+        """ "rank 1 (pid 1234) could not be watched: ..." """
+        pid = f" (pid {self.pid})" if self.pid is not None else ""
+        who = f"rank {self.rank}{pid}" if self.rank is not None else f"process {self.pid} ({self.argv})"
+        return f"{who} could not be watched: {self.why}"
+
+
+@dataclass
 class Report:
     """A check of a target's loaders (schema loaderdoctor.check/1); or, with `command` "run", what the loaders of
-    a script (`target`: its command line) measured on its real steps."""
+    a script (`target`: its command line) measured on its real steps, and the processes of its job that could not
+    be watched."""
 
     target: str
     loaders: dict[str, LoaderReport]
     command: str = "check"
+    unwatched: list[UnwatchedProcess] = field(default_factory=list)
     # _repr_html_ (a notebook's view) and __str__ (the console text) are lent by commands/showing.py: render/ is above
 
     @property
@@ -210,6 +229,7 @@ class Report:
             "command": self.command,
             "target": self.target,
             "loaders": {name: lr.to_dict() for name, lr in self.loaders.items()},
+            "unwatched": [dataclasses.asdict(process) for process in self.unwatched],
         }
 
     @classmethod

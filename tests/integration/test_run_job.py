@@ -111,6 +111,8 @@ def test_a_rank_that_dies_before_writing_is_named_and_the_others_reported(tmp_pa
     assert "loaderdoctor run: rank 1 (pid " in said and ") could not be watched: it ended before writing" in said
     site = f"spawned.py:{_line(SPAWN, 'loader = DataLoader')}"
     assert list(_loaders(tmp_path)) == [f"{site}/rank0"], result.stderr  # ended by mp.spawn's SIGTERM, it wrote
+    (unwatched,) = json.loads((tmp_path / "out.json").read_text())["unwatched"]  # the JSON names it too
+    assert unwatched["rank"] == 1 and unwatched["pid"] > 0 and unwatched["why"].startswith("it ended before writing")
 
 
 SPAWN_WORKERS = """\

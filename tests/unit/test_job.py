@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from loaderdoctor.report import UnwatchedProcess
 from loaderdoctor.watch import job, jobhook
-from loaderdoctor.watch.job import JobRun, Unwatched, _joined, _marked
+from loaderdoctor.watch.job import JobRun, _joined, _marked
 from loaderdoctor.watch.script import ScriptRun
 
 NO_SUCH_PID = 2**22 + 17  # above Linux's largest pid
@@ -65,8 +66,10 @@ def test_a_job_nobody_registered_with_is_the_scripts_run_as_it_was(tmp_path):
 
 
 def test_the_rank_words():
-    assert Unwatched(7, 2, "why").words() == "rank 2 (pid 7) could not be watched: why"
-    assert Unwatched(7, None, "why", "python a.py").words() == "process 7 (python a.py) could not be watched: why"
+    assert UnwatchedProcess(7, 2, "why").words() == "rank 2 (pid 7) could not be watched: why"
+    assert (
+        UnwatchedProcess(7, None, "why", "python a.py").words() == "process 7 (python a.py) could not be watched: why"
+    )
 
 
 @pytest.fixture

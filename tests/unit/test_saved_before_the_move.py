@@ -42,6 +42,7 @@ ADDED_SINCE = {
     "ceiling_windows": 0,
     "share_of_ceiling": None,
     "before_share_of_ceiling": None,
+    "unwatched": [],  # a run's processes that could not be watched
 }
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 DERIVED_SINCE = {"batches_per_s_range"}

@@ -23,7 +23,7 @@ from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render.kinds import report_page
-from loaderdoctor.report import Report
+from loaderdoctor.report import Report, UnwatchedProcess
 from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.tap.ceiling import DEFAULT_STEPS
@@ -172,19 +172,19 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
     if not args.no_history:
         for loader in result.loaders:
             keep_loader_run(NAME, loader.report, loader.started_at, loader.host, script.words())
-    report = as_saved(Report(script.words(), {run.report.name: run.report for run in result.loaders}, NAME))
+    unwatched = list(result.unwatched) if isinstance(result, JobRun) else []
+    if isinstance(result, RanksRun):
+        why = "it wrote nothing of what it measured: ended before writing it, or never started"
+        unwatched += [UnwatchedProcess(None, rank, why) for rank in result.silent_ranks]
+    loaders = {run.report.name: run.report for run in result.loaders}
+    report = as_saved(Report(script.words(), loaders, NAME, unwatched))
     err.print()
     if not report.loaders:
         err.print(f"loaderdoctor run: no DataLoader delivered a batch in {script.words()}", markup=False)
     else:
         render_console(report, err)
-    if isinstance(result, RanksRun) and result.silent_ranks:
-        silent = result.silent_ranks
-        which = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
-        err.print(f"loaderdoctor run: {which} wrote nothing of what {'it' if len(silent) == 1 else 'they'} "
-                  "measured: ended before writing it, or never started", markup=False)  # fmt: skip
-    for unwatched in result.unwatched if isinstance(result, JobRun) else []:
-        err.print(f"loaderdoctor run: {unwatched.words()}", markup=False)
+    for process in report.unwatched:
+        err.print(f"loaderdoctor run: {process.words()}", markup=False)
     if result.ended_by is not None:
         err.print(f"loaderdoctor run: the script was ended by {result.ended_by}; the diagnosis covers what it "
                   f"measured until then (exit status {result.exit_status})", markup=False)  # fmt: skip

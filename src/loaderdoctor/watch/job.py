@@ -26,6 +26,7 @@ import psutil
 
 from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.report import UnwatchedProcess
 from loaderdoctor.watch import jobhook
 from loaderdoctor.watch.jobhook import JOB_ENV, PROCESS_FILE, RESULT_FILE
 from loaderdoctor.watch.jobprocess import process_rank
@@ -68,25 +69,10 @@ del _loaderdoctor_job
 
 
 @dataclass
-class Unwatched:
-    """A process of the job that registered (a rank, or it made a loader) but wrote nothing, and why."""
-
-    pid: int
-    rank: int | None
-    why: str
-    argv: str = ""
-
-    def words(self) -> str:
-        """ "rank 1 (pid 1234) could not be watched: ..." """
-        who = f"rank {self.rank} (pid {self.pid})" if self.rank is not None else f"process {self.pid} ({self.argv})"
-        return f"{who} could not be watched: {self.why}"
-
-
-@dataclass
 class JobRun(ScriptRun):
     """A script's run with the loaders of every process of its job, and the processes that could not be watched."""
 
-    unwatched: list[Unwatched] = field(default_factory=list)
+    unwatched: list[UnwatchedProcess] = field(default_factory=list)
 
 
 def run_job(script: Script, every: EveryLoader, *, guarded: bool, name: str | None, grace_s: float = GRACE_S) -> JobRun:
@@ -157,7 +143,9 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
     wrote = {int(fields["pid"]) for fields, _ in written}
     running = _running(folder)
     unwatched = [
-        Unwatched(pid, fields.get("rank"), fields.get("error") or _why(pid in running, grace_s), fields.get("argv", ""))
+        UnwatchedProcess(
+            pid, fields.get("rank"), fields.get("error") or _why(pid in running, grace_s), fields.get("argv", "")
+        )
         for pid, fields in sorted(registered.items(), key=lambda item: (_rank_order(item[1]), item[0]))
         if pid not in wrote
     ]
