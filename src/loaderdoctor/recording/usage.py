@@ -59,8 +59,9 @@ class LoadingCpu:
 
     @property
     def share(self) -> float:
-        """cores / capacity: the CPU loading used of what it could use."""
-        return self.cores / self.capacity if self.capacity > 0 else 0.0
+        """cores / capacity: the CPU loading used of what it could use, at most 1 (a loader whose ops run on
+        several threads, as a main-process loader's torch ops do, uses more than a core: all it could)."""
+        return min(1.0, self.cores / self.capacity) if self.capacity > 0 else 0.0
 
     @property
     def run_delay_share(self) -> float | None:

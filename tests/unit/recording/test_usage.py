@@ -67,6 +67,15 @@ def test_loading_in_the_main_process_is_its_cpu_while_it_waited():
     assert cpu.share == pytest.approx(0.75)
 
 
+def test_main_process_loading_on_several_threads_used_all_it_could_never_more():
+    # torch ops in __getitem__ ran on two threads: 1.89 cores while the loop waited, the process counted as one
+    rec = make_recording(settings=Settings(), wait_s=0.02, wait_cpu_share=1.89)
+    cpu = loading_cpu(rec)
+    assert cpu.cores == pytest.approx(1.89)
+    assert cpu.share == 1.0  # said "189%" before
+    assert cpu.compute_share == 1.0
+
+
 def test_start_up_cpu_is_not_loading():
     # Spawned workers import torch for a second at full speed, then wait at 10% of a core.
     rec = make_recording(settings=FOUR, cpu_share=0.1, first_batch_s=[1.0, 0.01], step_s=0.02, wait_s=0.05)
