@@ -211,7 +211,7 @@ def test_a_process_ended_by_sigterm_still_writes_what_it_measured(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "child ended with 143\n", result.stderr  # as a process that SIGTERM ended
     (name, loader), *others = _loaders(tmp_path).items()
-    assert not others and name.startswith(f"forever.py:{_line(FOREVER_CHILD, 'DataLoader(torch')}/pid")
+    assert not others and name == f"forever.py:{_line(FOREVER_CHILD, 'DataLoader(torch')}/proc1"
     assert loader["measurements"]["batches"] >= 21
 
 

@@ -158,15 +158,17 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
         for loader in run.loaders:
             loader.report.name += "" if rank is None else f"/rank{rank}"
         loaders[key], hosts[key] = run.loaders, socket.gethostname()
+    unranked = 0
     for fields, runs in sorted(written, key=lambda item: (_rank_order(item[0]), item[0]["pid"])):
         pid, their_rank = int(fields["pid"]), fields.get("rank")
         if not runs:
             continue
         key = their_rank
-        if their_rank is None or their_rank in loaders:  # told apart by its pid
+        if their_rank is None or their_rank in loaders:  # told apart by its place in the order the processes started
             key = pid
+            unranked += 1  # "proc1", "proc2": the same names in the next run of the same job (a pid is not)
             for loader in runs:
-                loader.report.name = loader.report.name.removesuffix(f"/rank{their_rank}") + f"/pid{pid}"
+                loader.report.name = loader.report.name.removesuffix(f"/rank{their_rank}") + f"/proc{unranked}"
         loaders[key], hosts[key] = runs, str(fields.get("host", ""))
     sizes = [int(fields.get("world_size") or 0) for fields, _ in written]
     return JobRun(run.exit_status, joined(loaders, hosts, max([*sizes, len(loaders)])), run.ended_by, unwatched)
