@@ -89,6 +89,11 @@ class Verification:
         return rate / self.ceiling if rate and self.ceiling else None
 
     @property
+    def fixed_share_of_ceiling(self) -> float | None:
+        """The fix's rate as a share of the loop's ceiling, where the fix has a rate on the same data."""
+        return self.share_of_ceiling(None if self.verdict in NO_RATE else self.after)
+
+    @property
     def speedup(self) -> float | None:
         """after / before, when both were measured on the same data; never for a run cut short."""
         if self.verdict in NO_RATE or self.before <= 0:
@@ -119,7 +124,7 @@ class Verification:
             "source": self.source,
             "ceiling_batches_per_s": rounded(self.ceiling, 3),
             "ceiling_windows": self.ceiling_windows,
-            "share_of_ceiling": rounded(self.share_of_ceiling(None if self.verdict in NO_RATE else self.after), 3),
+            "share_of_ceiling": rounded(self.fixed_share_of_ceiling, 3),
             "before_share_of_ceiling": rounded(self.share_of_ceiling(self.before), 3),
             "after_recording": None if self.after_recording is None else self.after_recording.to_dict(),
         }

@@ -233,7 +233,7 @@ def ceiling_share_words(v: Verification) -> str | None:
         f"the loop's ceiling: {v.ceiling:.1f} batches/s with its input taken away (its step on one batch, "
         f"{plural(v.ceiling_windows, 'window')})"
     )
-    fixed = v.share_of_ceiling(None if v.verdict in NO_RATE else v.after)
+    fixed = v.fixed_share_of_ceiling
     before = v.share_of_ceiling(v.before)
     if fixed is not None:
         text += f"; the fix reaches {fixed:.0%} of it"

@@ -52,7 +52,7 @@ def input_ceiling(rec: Recording) -> Finding | None:
     measured = (
         f"with its input taken away the loop ran {speedup:.2f}x as fast: the input costs {percent(cost)} of its time"
     )
-    direction = disagreement([max(0.0, 1.0 - 1.0 / p) for p in pairs if p > 0], cost, estimate)
+    direction = disagreement(ceiling.pair_costs(), cost, estimate)
     if not direction:
         return Finding(
             rule="input-ceiling",
@@ -101,18 +101,14 @@ def job_ceiling(ceilings: dict[int, Ceiling]) -> Finding | None:
     """The job's ceiling, from its ranks' data-free turns (one loader made at one place in every rank): the ranks
     meet in collectives, so the job runs at its slowest rank's rate, real or data-free. None with fewer than two
     ranks measured."""
-    measured = {
-        rank: (real, free)
-        for rank, c in sorted(ceilings.items())
-        if (real := c.rate("real")) is not None and (free := c.rate("data-free")) is not None
-    }
+    measured = {rank: c for rank, c in sorted(ceilings.items()) if c.speedup is not None}
     if len(measured) < 2:
         return None
-    real = min(r for r, _ in measured.values())
-    free = min(f for _, f in measured.values())
+    real = min(c.rate("real") or 0.0 for c in measured.values())
+    free = min(c.rate("data-free") or 0.0 for c in measured.values())
     speedup = free / real
     cost = max(0.0, 1.0 - 1.0 / speedup)
-    costs = {rank: max(0.0, 1.0 - r / f) for rank, (r, f) in measured.items()}
+    costs = {rank: c.input_cost or 0.0 for rank, c in measured.items()}
     per_rank = ", ".join(f"rank {rank} {percent(c)}" for rank, c in costs.items())
     return Finding(
         rule="job-ceiling",

@@ -78,6 +78,10 @@ class Ceiling:
         """Whether every turn of the plan measured something (the run went on long enough)."""
         return bool(self.turns) and all(t.intervals for t in self.turns)
 
+    def pair_costs(self) -> list[float]:
+        """The input's cost as each pair of turns measured it (see input_cost and pair_speedups)."""
+        return [max(0.0, 1.0 - 1.0 / p) for p in self.pair_speedups() if p > 0]
+
     def pair_speedups(self) -> list[float]:
         """Each data-free turn's rate over the mean of the real turns beside it: the spread of the measurement."""
         ratios = []
@@ -146,6 +150,15 @@ class CeilingTurns:
     def done(self) -> bool:
         """Whether every turn has gone by."""
         return self.step >= self.start_after + sum(t.deliveries for t in self.ceiling.turns)
+
+    def hand_again(self, epoch: int, at: float) -> Any:
+        """At a next() of `epoch` at clock time `at`: the batch handed to the loop again, its delivery counted, or
+        None (the real loader's turn: the caller fetches, then calls delivered()). Raises CeilingMeasured past
+        the turns when the run stops there."""
+        again = self.replay()
+        if again is not None:
+            self.delivered(epoch, again, 0.0, at, replayed=True)
+        return again
 
     def replay(self) -> Any:
         """The batch to hand the loop at this next() instead of a new one, or None (the real loader's turn).
@@ -235,9 +248,8 @@ class TurnsIterator:
 
     def __next__(self) -> Any:
         turns = self.turns
-        again = turns.replay()
+        again = turns.hand_again(self.epoch, self.clock())
         if again is not None:
-            turns.delivered(self.epoch, again, 0.0, self.clock(), replayed=True)
             if self.on_replayed is not None:
                 self.on_replayed()
             return again

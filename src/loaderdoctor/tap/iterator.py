@@ -205,8 +205,10 @@ class TapIterator:
     def __next__(self) -> Any:
         tap = self._tap
         clock = tap.clock
-        if tap.ceiling is not None and (again := tap.ceiling.replay()) is not None:
-            return self._replayed(again)
+        if tap.ceiling is not None and (again := tap.ceiling.hand_again(self.epoch, clock())) is not None:
+            self.delay_at_delivery = None  # the next real batch's step is not this one's
+            tap.emit(BatchReplayed(self.epoch))
+            return again
         # Events are made only for listeners: a guard without any pays for a clock read or two per batch.
         listening = bool(tap.listeners)
         self.waiting_since = started = clock()
@@ -282,14 +284,6 @@ class TapIterator:
                 )
             )
         self.index += 1
-        return batch
-
-    def _replayed(self, batch: Any) -> Any:
-        """A data-free step: the batch handed again, as delivered, and the loader left where it is."""
-        tap = self._tap
-        tap.ceiling.delivered(self.epoch, batch, 0.0, tap.clock(), replayed=True)
-        self.delay_at_delivery = None  # the next real batch's step is not this one's
-        tap.emit(BatchReplayed(self.epoch))
         return batch
 
     def close(self) -> None:
