@@ -140,14 +140,15 @@ def _endless(loader: DataLoader):
         yield from loader
 
 
-def tool_reading(mode: str, epochs: int) -> dict[str, object]:
-    """What `loaderdoctor run` reads from the same script's waits."""
+def tool_reading(mode: str, epochs: int, steps: int | None) -> dict[str, object]:
+    """What `loaderdoctor run --ceiling [steps]` reads from the same script: its turns and its waits."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run.json"
         env = {**os.environ, "LOADERDOCTOR_HOME": folder}
         result = subprocess.run(
-            [sys.executable, "-m", "loaderdoctor", "run", "--ceiling", "--no-history", "--json", str(out), str(HERE),
-             "--train", mode, "--epochs", str(epochs)], capture_output=True, text=True, env=env, timeout=300,
+            [sys.executable, "-m", "loaderdoctor", "run", "--ceiling", *([str(steps)] if steps else []), "--no-history",
+             "--json", str(out), str(HERE), "--train", mode, "--epochs", str(epochs)],
+            capture_output=True, text=True, env=env, timeout=300,
         )  # fmt: skip
         if not out.exists():
             return {"error": (result.stderr or result.stdout)[-800:]}
@@ -161,6 +162,11 @@ def tool_reading(mode: str, epochs: int) -> dict[str, object]:
             "wait_fraction": loader["measurements"].get("wait_fraction"),
             "batches_per_s": loader["measurements"].get("batches_per_s"),
             "finding": f"{findings[0]['rule']} ({findings[0]['severity']})" if findings else "none",
+            "turns": " ".join(  # each turn's rate, r(eal) or d(ata-free)
+                f"{t['kind'][0]}{t['intervals'] / t['seconds']:.1f}"
+                for t in loader["recording"]["ceiling"]["turns"]
+                if t["seconds"]
+            ),
         }
 
 
@@ -169,6 +175,7 @@ def main() -> None:
     parser.add_argument("modes", nargs="*", default=list(MODES))
     parser.add_argument("--train", choices=list(MODES))
     parser.add_argument("--epochs", type=int, default=3)  # enough for --ceiling's turns (64 batches an epoch)
+    parser.add_argument("--ceiling-steps", type=int)  # the data-free steps of run --ceiling (its default if none)
     parser.add_argument("--turn-s", type=float, default=3.0)
     parser.add_argument("--turns", type=int, default=3)
     args = parser.parse_args()
@@ -182,7 +189,7 @@ def main() -> None:
           "wait_fraction, b/s, main finding")  # fmt: skip
     for mode in args.modes:
         measured = turns(mode, args.turn_s, args.turns)
-        tool = tool_reading(mode, args.epochs)
+        tool = tool_reading(mode, args.epochs, args.ceiling_steps)
         apart = measured["estimate"] / measured["measured"] - 1
         print(f"{mode:<14} {measured['real']:9.1f} {measured['free']:9.1f} {measured['measured']:7.2f}x "
               f"{measured['estimate']:7.2f}x {apart:+6.0%}   {tool}", flush=True)  # fmt: skip

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.host.accelerator import wait_for_devices
 from loaderdoctor.loader.settings import Settings
 
 DEFAULT_STEPS = 60  # data-free steps when the user names none: three turns of 20
@@ -120,14 +121,25 @@ class CeilingTurns:
     hand again, and each turn's time. `start_after` deliveries (the first epoch's start-up and a few steady
     batches) go by before the first turn."""
 
-    def __init__(self, ceiling: Ceiling, start_after: int, *, stop_when_done: bool = False) -> None:
+    def __init__(
+        self,
+        ceiling: Ceiling,
+        start_after: int,
+        *,
+        stop_when_done: bool = False,
+        wait_for_device: Callable[[], bool] = wait_for_devices,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.ceiling = ceiling
         self.start_after = start_after
         self.stop_when_done = stop_when_done
+        self.wait_for_device = wait_for_device  # waits for an asynchronous device's queued work; True if it did
+        self.clock = clock  # read again after such a wait: the caller's clock, perf_counter's
         self.step = 0  # deliveries so far, real and data-free
         self._last_batch: Any = None
         self._last_at: float | None = None
         self._last_epoch: int | None = None
+        self._ended_in_step = False  # whether the last delivery was its epoch's last, known from its length
 
     def _turn(self, step: int) -> tuple[int, int] | None:
         """The turn number of a delivery and its place in the turn; None outside the turns."""
@@ -174,22 +186,37 @@ class CeilingTurns:
             return None
         return self._last_batch
 
-    def delivered(self, epoch: int, batch: Any, wait_s: float, at: float, *, replayed: bool) -> None:
-        """A batch reached the loop at `at` after `wait_s` in next(): a real one, or one handed again."""
-        turn = self._turn(self.step)
-        if turn is not None and self._last_epoch == epoch and self._last_at is not None:
-            number, place = turn
-            measured = self.ceiling.turns[number]
-            if number == 0 or place >= self._settling(measured):
-                measured.intervals += 1
-                measured.seconds += at - self._last_at
-                measured.wait_s += wait_s
+    def delivered(
+        self, epoch: int, batch: Any, wait_s: float, at: float, *, replayed: bool, epoch_ends: bool = False
+    ) -> None:
+        """A batch reached the loop at `at` after `wait_s` in next(): a real one, or one handed again;
+        `epoch_ends` when it is the epoch's last, as the loader's length tells."""
+        measured, after = self._measured_turn(self.step), self._measured_turn(self.step + 1)
+        edge = measured != after or (after is not None and self._last_epoch != epoch)
+        if (edge or (measured is not None and epoch_ends)) and self.wait_for_device():
+            at = self.clock()  # a measured span begins or ends here: its time holds the work queued so far
+        self._ended_in_step = epoch_ends
+        if measured is not None and self._last_epoch == epoch and self._last_at is not None:
+            turn = self.ceiling.turns[measured]
+            turn.intervals += 1
+            turn.seconds += at - self._last_at
+            turn.wait_s += wait_s
         if replayed:
             self.ceiling.data_free_steps += 1
         self.step += 1
         # The batch is held only while a data-free turn may still come: then let go of it.
         self._last_batch = batch if self._turn(self.step) is not None else None
         self._last_at, self._last_epoch = at, epoch
+
+    def _measured_turn(self, step: int) -> int | None:
+        """The number of the turn that measures the interval ending at delivery `step` (within one epoch), None
+        when no turn does: every interval of the first turn, and in a turn after another, those past its
+        settling."""
+        turn = self._turn(step)
+        if turn is None:
+            return None
+        number, place = turn
+        return number if number == 0 or place >= self._settling(self.ceiling.turns[number]) else None
 
     def _settling(self, turn: Turn) -> int:
         """The first deliveries of a turn after the one before it, left out: in a real turn, the batches the workers
@@ -199,8 +226,23 @@ class CeilingTurns:
             return self.ceiling.refill
         return min(self.ceiling.refill, turn.deliveries // 2)
 
-    def left_epoch(self) -> None:
-        """The epoch ended (or its iterator was dropped): no interval runs across into the next one."""
+    def left_epoch(self, at: float | None = None) -> None:
+        """The epoch ended (or its iterator was dropped), the loop asking for a batch more at `at`: no interval runs
+        across into the next one. Where the epoch's length was not known, its last delivery was no edge of the
+        measured span: on an asynchronous device, the work queued since is waited for and counted here, as one
+        interval more (the epoch's last step, which has no wait)."""
+        measured = self._measured_turn(self.step)
+        if (
+            at is not None
+            and measured is not None
+            and self._last_at is not None
+            and self._last_epoch is not None
+            and not self._ended_in_step
+            and self.wait_for_device()
+        ):
+            turn = self.ceiling.turns[measured]
+            turn.intervals += 1
+            turn.seconds += self.clock() - self._last_at
         self._last_epoch = None
 
 
@@ -242,6 +284,11 @@ class TurnsIterator:
         self.epoch = epoch
         self.on_replayed = on_replayed
         self.clock = clock
+        self.delivered = 0  # real batches of this epoch
+        try:
+            self.length: int | None = len(inner)  # type: ignore[arg-type]
+        except TypeError:
+            self.length = None
 
     def __iter__(self) -> TurnsIterator:
         return self
@@ -257,13 +304,14 @@ class TurnsIterator:
         try:
             batch = next(self.inner)
         except StopIteration:
-            turns.left_epoch()
+            turns.left_epoch(started)
             raise
         at = self.clock()
-        turns.delivered(self.epoch, batch, at - started, at, replayed=False)
+        self.delivered += 1
+        turns.delivered(self.epoch, batch, at - started, at, replayed=False, epoch_ends=self.delivered == self.length)
         return batch
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("inner", "turns", "epoch", "on_replayed", "clock"):
+        if name.startswith("__") or name in ("inner", "turns", "epoch", "on_replayed", "clock", "delivered", "length"):
             raise AttributeError(name)
         return getattr(self.inner, name)  # the inner iterator's own attributes (len, _workers, ...) read through

@@ -180,6 +180,8 @@ class TapIterator:
         self.epoch = epoch
         self.index = 0  # the number of the next batch, failed ones counted
         self.delivered = 0
+        # the epoch's length, for the ceiling's turns: its last batch ends a measured span (tap/ceiling.py)
+        self.batches_in_epoch = tap.batches_per_epoch() if tap.ceiling is not None else None
         self.fingerprinted = 0  # samples of this epoch fingerprinted (see BatchDelivered.fingerprints)
         self.interrupted = False  # the last next() was ended by Ctrl-C or SystemExit
         self.failed_wait_s = 0.0  # how long the last next() that raised had waited
@@ -227,7 +229,7 @@ class TapIterator:
             self.waiting_since = None
             ended = clock()
             if tap.ceiling is not None:
-                tap.ceiling.left_epoch()
+                tap.ceiling.left_epoch(started)
             tap.emit(EpochEnded(self.epoch, self.index, ended - self.started_at, ended - started))
             raise
         except Exception as error:
@@ -252,7 +254,8 @@ class TapIterator:
             first_batch_s = delivered - self.started_at
         self.delivered += 1
         if tap.ceiling is not None:
-            tap.ceiling.delivered(self.epoch, batch, wait_s, delivered, replayed=False)
+            epoch_ends = self.delivered == self.batches_in_epoch
+            tap.ceiling.delivered(self.epoch, batch, wait_s, delivered, replayed=False, epoch_ends=epoch_ends)
         if listening:
             wait_cpu_s = time.process_time() - cpu_started
             delay_now = thread_run_delay_s() if delay_started is not None else None

@@ -9,8 +9,10 @@ import json
 
 import pytest
 import torch
+from simulated_device import SimulatedDevice
 from torch.utils.data import DataLoader, IterableDataset
 
+from loaderdoctor.host.accelerator import wait_for_devices
 from loaderdoctor.plain.data import dataclass_from_dict
 from loaderdoctor.tap.ceiling import DEFAULT_STEPS, Ceiling, CeilingTurns, Turn, TurnsIterator, turn_plan
 from loaderdoctor.tap.iterator import BatchDelivered, BatchReplayed, Tap
@@ -190,3 +192,60 @@ def test_a_guarded_loader_watched_with_a_ceiling_delivers_every_sample_once_in_o
     ceiling = report.recording.ceiling
     assert ceiling is not None and ceiling.data_free_steps == 30 and ceiling.complete
     assert report.recording.batches_delivered in (None, 120) and len(report.recording.batches) == 120
+
+
+def test_on_an_asynchronous_device_each_turn_holds_its_own_steps_work():
+    """The loop launches a step's work (10 ms of the device's time) in 1 ms and goes on: without waiting for the
+    device at a turn's edges, a data-free turn of 4 steps would read 4 ms and leave its work to the real turn after."""
+    device = SimulatedDevice()
+    ceiling = Ceiling(data_free_steps=0, refill=0, turns=[Turn("real", 4), Turn("data-free", 4), Turn("real", 4)])
+    turns = CeilingTurns(ceiling, start_after=1, wait_for_device=device.wait, clock=device.clock)
+    for _ in range(1 + 3 * 4):
+        replay = turns.replay()
+        wait_s = 0.0 if replay is not None else 0.03  # real data takes 30 ms to come; the device works meanwhile
+        device.now += wait_s
+        turns.delivered(0, replay or "batch", wait_s, device.clock(), replayed=replay is not None)
+        device.launch(cpu_s=0.001, device_s=0.010)
+    assert device.waits == 4  # where the first turn's span begins, and at each turn's end
+    # the device's 10 ms a step (and the 1 ms before its first), not the loop's 1 ms: 1000 a second
+    assert ceiling.rate("data-free") == pytest.approx(4 / 0.041)
+    assert ceiling.rate("real") == pytest.approx(1 / 0.031, rel=0.02)
+    assert ceiling.speedup == pytest.approx(3.1, rel=0.05)
+
+
+def test_without_an_initialized_device_nothing_is_waited_for_and_cuda_stays_uninitialized():
+    assert wait_for_devices() is False
+    assert not torch.cuda.is_initialized()  # a fork after it stays safe
+
+
+class _Epoch:
+    """An epoch's iterator whose length is known (as a DataLoader iterator's is)."""
+
+    def __init__(self, n: int) -> None:
+        self.batches, self.n = iter(range(n)), n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        return next(self.batches)
+
+
+@pytest.mark.parametrize("length_known", [True, False])
+def test_on_an_asynchronous_device_a_turn_across_an_epochs_end_holds_its_steps_work(length_known):
+    """A compute-bound loop (the device's 10 ms a step, launched in 1 ms): a real turn that an epoch's end cuts in
+    two reads the device's rate, not the launches' (the epoch's last batch, where its length is known, or the ask
+    that found the epoch over, is where its work is waited for)."""
+    device = SimulatedDevice()
+    ceiling = Ceiling(data_free_steps=0, refill=0, turns=[Turn("real", 6), Turn("data-free", 4), Turn("real", 6)])
+    turns = CeilingTurns(ceiling, start_after=1, wait_for_device=device.wait, clock=device.clock)
+    for epoch in range(2):  # 8 real batches each: the second real turn runs across the first epoch's end
+        inner = _Epoch(8) if length_known else iter(range(8))
+        for _ in TurnsIterator(inner, turns, epoch, clock=device.clock):
+            device.launch(cpu_s=0.001, device_s=0.010)
+    rates = [turn.intervals / turn.seconds for turn in ceiling.turns]
+    assert rates == pytest.approx([100.0] * 3, rel=0.1)  # without the waits at the epoch's end, 122 in the last
+    assert ceiling.speedup == pytest.approx(1.0, rel=0.1)
