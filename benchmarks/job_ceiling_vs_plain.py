@@ -1,0 +1,151 @@
+"""The job's ceiling across ranks (`job-ceiling`, `run --nproc-per-node 2 --ceiling`) against a plain two-rank
+loop: the ranks meet in an all_reduce at every step, so the job runs at its slowest rank's pace, with its input and
+without.
+
+Usage: python benchmarks/job_ceiling_vs_plain.py [--rounds N] [MODE ...]
+
+Modes: `straggler` (rank 1 reads each sample from slow storage, 4 ms against rank 0's 0.5 ms: the job waits for
+rank 1's loader) and `compute-bound` (both ranks' loaders fast: the input costs the job little). The step is a
+20 ms sleep standing for an accelerator's, then an all_reduce of a small gradient; gloo, one worker a rank.
+For each mode, `rounds` times:
+  - the tool: `loaderdoctor run --nproc-per-node 2 --ceiling --json F script.py`: the `job-ceiling` finding's
+    ceiling (the job's batches/s with the input taken away), its real rate and the input's cost;
+  - the plain job, launched by torch's elastic launcher: both ranks in turns of 3 s (real, cached, real, cached,
+    real), the cached turns training on the last batch the rank's loader delivered; rank 0's clock decides the
+    turn and an all_reduce tells rank 1 at each step, so both switch at the same step; the job's rates are rank
+    0's steps over its time.
+The table gives each round's ceilings and their ratio tool / plain, and the input's cost from each (points
+apart). It measures and prints; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODES = {"straggler": (0.0005, 0.004), "compute-bound": (0.0005, 0.0005)}  # each rank's read per sample, seconds
+
+SCRIPT = """\
+import sys, time
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+READ_S = [float(sys.argv[1]), float(sys.argv[2])]
+MODE = sys.argv[3]
+
+
+class Shards(Dataset):
+    def __init__(self, read_s):
+        self.read_s = read_s
+
+    def __len__(self):
+        return 6400  # 400 batches a rank: more than the turns of either side
+
+    def __getitem__(self, index):
+        time.sleep(self.read_s)  # storage: the worker waits, the core is free
+        return torch.ones(8)
+
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+dataset = Shards(READ_S[rank])
+loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset, shuffle=False), num_workers=1,
+                    persistent_workers=True)
+grad = torch.zeros(1000)
+
+
+def step(batch):
+    time.sleep(0.020)  # the accelerator's step
+    dist.all_reduce(grad)  # the ranks meet at every step
+
+
+if MODE == "train":
+    for batch in loader:
+        step(batch)
+else:  # turns: real, cached, real, cached, real; rank 0's clock decides, an all_reduce tells rank 1
+    batches = iter(loader)
+    last = next(batches)
+    for _ in range(10):  # warm up
+        step(last)
+        last = next(batches)
+    rates = {0: [], 1: []}
+    for turn in range(5):
+        started, steps = time.perf_counter(), 0
+        while True:
+            go_on = torch.tensor([1.0 if time.perf_counter() - started < 3.0 else 0.0])
+            dist.all_reduce(go_on, op=dist.ReduceOp.MIN)
+            if go_on.item() == 0.0:
+                break
+            if turn % 2 == 0:
+                last = next(batches)
+            step(last)
+            steps += 1
+        rates[turn % 2].append(steps / (time.perf_counter() - started))
+    if rank == 0:
+        real, cached = sum(rates[0]) / len(rates[0]), sum(rates[1]) / len(rates[1])
+        print("TURNS", real, cached, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _tool(script: Path, mode: str, work: Path) -> dict:
+    out = work / f"{mode}.json"
+    env = {**os.environ, "LOADERDOCTOR_HOME": str(work / "home")}
+    reads = [str(r) for r in MODES[mode]]
+    command = [sys.executable, "-m", "loaderdoctor", "run", "--nproc-per-node", "2", "--ceiling", "--json", str(out),
+               "--no-history", str(script), *reads, "train"]  # fmt: skip
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    if not out.exists():
+        raise SystemExit(f"the tool wrote no JSON: {result.stderr[-800:]}")
+    loaders = json.loads(out.read_text())["loaders"].values()
+    (job,) = [f for loader in loaders for f in loader["findings"] if f["rule"] == "job-ceiling"]
+    return job["evidence"]
+
+
+def _plain(script: Path, mode: str) -> tuple[float, float]:
+    reads = [str(r) for r in MODES[mode]]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+               *reads, "turns"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
+    line = next(line for line in result.stdout.splitlines() if line.startswith("TURNS"))
+    real, cached = (float(v) for v in line.split()[1:])
+    return real, cached
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("modes", nargs="*", default=list(MODES))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="job-ceiling-bench-") as folder:
+        work = Path(folder)
+        script = work / "ranks.py"
+        script.write_text(SCRIPT)
+        print(f"{'mode':<14} {'round':>5}  {'tool ceiling':>12} {'plain':>8} {'ratio':>6}   "
+              f"{'tool cost':>9} {'plain':>6} {'points':>6}")  # fmt: skip
+        for mode in args.modes:
+            for round_ in range(1, args.rounds + 1):
+                started = time.perf_counter()
+                tool = _tool(script, mode, work)
+                real, cached = _plain(script, mode)
+                plain_cost = max(0.0, 1 - real / cached)
+                ratio = tool["ceiling_batches_per_s"] / cached
+                points = (tool["measured_input_cost"] - plain_cost) * 100
+                print(
+                    f"{mode:<14} {round_:>5}  {tool['ceiling_batches_per_s']:>12.1f} {cached:>8.1f} {ratio:>6.2f}   "
+                    f"{tool['measured_input_cost'] * 100:>8.0f}% {plain_cost * 100:>5.0f}% {points:>+6.1f}   "
+                    f"({time.perf_counter() - started:.0f} s; tool real {tool['real_batches_per_s']:.1f}, plain real "
+                    f"{real:.1f} b/s; each rank's cost {tool['input_cost_by_rank']})",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
