@@ -148,6 +148,15 @@ class LoaderReport:
             return None
         return None if v.verdict in NO_RATE else v.after
 
+    def as_report(self) -> Report:
+        """This loader's report as a report of its own, as `run` makes one (what show(), print() and a notebook
+        show of what watch() or a callback returned)."""
+        return Report(target=self.name, loaders={self.name: self}, command="run")
+
+    def __repr__(self) -> str:
+        """Its report's short view (a notebook shows this for `watched.report`), not every batch's dataclass."""
+        return repr(self.as_report())
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.recording.settings.to_dict(),

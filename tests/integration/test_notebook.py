@@ -133,3 +133,59 @@ def test_a_check_in_a_notebook_shows_progress_then_its_report_inline(this_venvs_
     text = "".join(o.get("text", "") for o in streams if o.output_type == "stream")
     assert "check of '<loaders>' stopped before the end ('nb_train' measured)" in text and "e.report" in text
     assert "Report ['nb_train'] True" in text
+
+
+WATCHED = """\
+loader = DataLoader(Slow(), batch_size=2, num_workers=1)
+with loaderdoctor.watch(loader, "nb_watch", history=False, log_every_s=3600, ceiling=15) as watched:
+    for step, batch in enumerate(watched):
+        time.sleep(0.001)
+        if step == 150:
+            break
+watched.report.recording.ceiling.data_free_steps, watched.report.recording.ceiling.complete
+"""
+CEILING_ONLY = """\
+steps = 0
+with loaderdoctor.watch(loader, "nb_only", history=False, log_every_s=3600, ceiling=15, ceiling_only=True) as w:
+    for batch in w:
+        steps += 1
+print("never printed: the loop was ended")
+"""
+
+
+def test_a_watch_in_a_notebook_measures_its_ceiling_shows_its_report_and_ends_cleanly(this_venvs_kernel, tmp_path):
+    """watch(ceiling=...) in a notebook's cell: the turns run in the user's own loop; the report a watch returns
+    shows as check's does (short text, its page inline), not as every batch's dataclass; ceiling_only ends the
+    cell with one line, not IPython's 'An exception has occurred' and hint to quit, and the next cell runs."""
+    notebook = nbformat.v4.new_notebook()
+    cells = [SETUP, WATCHED, "watched.report", "print(watched.report)", CEILING_ONLY, "print('next cell', steps)"]
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    client = nbclient.NotebookClient(notebook, kernel_name=this_venvs_kernel, timeout=150, allow_errors=True,
+                                     resources={"metadata": {}})  # fmt: skip
+    client.execute(cwd=str(tmp_path))
+    setup, watched, shown, printed, only, after = (cell.outputs for cell in notebook.cells)
+    assert [o for o in setup + watched + shown + printed + after if o.output_type == "error"] == []
+    (result,) = [o for o in watched if o.output_type == "execute_result"]
+    assert result.data["text/plain"] == "(15, True)"  # 15 data-free steps, every turn measured
+
+    (result,) = shown
+    plain = result.data["text/plain"]
+    assert plain.startswith("<loaderdoctor run of 'nb_watch'") and "'nb_watch': critical input-bound" in plain
+    assert len(plain.splitlines()) <= 4 and "Recording(" not in plain
+    parser = _Frames()
+    parser.feed(result.data["text/html"])
+    (frame,) = parser.frames
+    assert frame["sandbox"] == "" and "nb_watch" in frame["srcdoc"]
+    text = " ".join("".join(o.get("text", "") for o in printed if o.output_type == "stream").split())
+    assert "loader 'nb_watch'" in text and "15 steps trained on repeated batches" in text
+
+    (error,) = [o for o in only if o.output_type == "error"]
+    assert error.ename == "CeilingMeasured"
+    assert error.traceback == [
+        "CeilingMeasured: the loop was ended once its ceiling was measured (ceiling_only); see its report"
+    ]
+    streams = "".join(o.get("text", "") for o in only if o.output_type == "stream")
+    assert "To exit" not in streams and "never printed" not in streams
+    assert "the ceiling is measured (15 data-free steps)" in streams
+    steps = int("".join(o.get("text", "") for o in after).split()[-1])
+    assert steps > 15  # the next cell ran, after the turns' steps

@@ -19,6 +19,7 @@ from loaderdoctor.render import json as json_render
 from loaderdoctor.render.html.inline import inline_frame
 from loaderdoctor.render.kinds import KINDS, kind_of, report_page
 from loaderdoctor.render.terminal import SafeConsole
+from loaderdoctor.report import LoaderReport
 from loaderdoctor.saved import AnyReport, for_console, load_report
 
 
@@ -69,10 +70,15 @@ def render_console(report: AnyReport, out: Console) -> None:
     kind_of(report).console(report, out)
 
 
-def show_report(report: AnyReport, *, file: TextIO | None = None, html_path: str | Path | None = None) -> None:
+def show_report(
+    report: AnyReport | LoaderReport, *, file: TextIO | None = None, html_path: str | Path | None = None
+) -> None:
     """Print a report of check, tune or scale as the command line shows it (from its plain data, control
     characters made visible), to `file` (default: standard output); with `html_path`, also write its page there.
-    The public `loaderdoctor.show`: a notebook's readable view of what check() or tune() returned."""
+    The public `loaderdoctor.show`: a notebook's readable view of what check() or tune() returned, or of one
+    loader's report (watch's, a callback's)."""
+    if isinstance(report, LoaderReport):
+        report = report.as_report()
     kind_of(report)  # a TypeError that says so for anything else
     path = None
     if html_path is not None:
@@ -106,3 +112,6 @@ def report_html(report: AnyReport) -> str:
 for _kind in KINDS:
     _kind.report._repr_html_ = report_html
     _kind.report.__str__ = report_text
+# One loader's report (what watch() and the callbacks give) shows as the report of its own it makes.
+LoaderReport._repr_html_ = lambda self: report_html(self.as_report())  # type: ignore[attr-defined]
+LoaderReport.__str__ = lambda self: report_text(self.as_report())  # type: ignore[method-assign]

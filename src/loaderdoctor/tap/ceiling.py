@@ -13,6 +13,7 @@ workers, still filling their queue, take CPU from the step."""
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -108,12 +109,31 @@ def turn_plan(steps: int | None, *, num_workers: int, prefetch_factor: int | Non
     return Ceiling(data_free_steps=0, refill=refill, turns=turns)
 
 
-class CeilingMeasured(SystemExit):
-    """Raised by next() once the turns are done, when the run was asked to stop there (`run --ceiling-only`): an
-    exit of status 0, so that the script's own clean-up runs and the summary follows."""
+class CeilingMeasured(BaseException):
+    """Raised by next() once the turns are done, when the run was asked to stop there (`run --ceiling-only`,
+    `ceiling_only=True`); not an Exception, so that no `except Exception` of the loop carries on. In a script it is
+    a CeilingExit, an exit of status 0. In IPython (a notebook), where a SystemExit shows as a failure with a hint to
+    quit the shell, it is this, and the cell ends on one line that says why."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows of it, in place of a traceback."""
+        return ["CeilingMeasured: the loop was ended once its ceiling was measured (ceiling_only); see its report"]
+
+
+class CeilingExit(CeilingMeasured, SystemExit):
+    """CeilingMeasured in a script: an exit of status 0, so that the script's own clean-up runs and the summary
+    follows."""
 
     def __init__(self) -> None:
-        super().__init__(0)
+        SystemExit.__init__(self, 0)
+
+
+def ceiling_measured() -> CeilingMeasured:
+    """What next() raises once the turns are done and the run stops there: a CeilingExit, or in IPython a plain
+    CeilingMeasured."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", None)
+    return CeilingMeasured() if callable(shell) and shell() is not None else CeilingExit()
 
 
 class CeilingTurns:
@@ -180,7 +200,7 @@ class CeilingTurns:
                 "loaderdoctor: the ceiling is measured (%d data-free steps): the run ends here",
                 self.ceiling.data_free_steps,
             )
-            raise CeilingMeasured
+            raise ceiling_measured()
         turn = self._turn(self.step)
         if turn is None or self.ceiling.turns[turn[0]].kind != "data-free":
             return None

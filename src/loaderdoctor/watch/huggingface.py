@@ -82,7 +82,8 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
     and the report puts that rate beside the real one. Those steps train on repeated batches, and take the place
     of as many of their epoch's last real batches (the Trainer counts an epoch's batches before it starts): use it
     on a diagnostic run. With `ceiling_only`, train() ends once the turns are done, by SystemExit(0)
-    (loaderdoctor.tap.ceiling.CeilingMeasured), its diagnosis printed."""
+    (loaderdoctor.tap.ceiling.CeilingExit; in a notebook, CeilingMeasured: one line, no traceback), its diagnosis
+    printed."""
 
     def __init__(
         self,

@@ -59,7 +59,8 @@ class LoaderDoctorCallback(Callback):
     last, and the report puts that rate beside the real one. Those steps train on repeated batches: use it on a
     diagnostic run. Each epoch that has data-free steps is that much longer, so that the loader still delivers
     all its batches, once, in order. With `ceiling_only`, the fit ends once the turns are done, by SystemExit(0)
-    (loaderdoctor.tap.ceiling.CeilingMeasured), its diagnosis printed."""
+    (loaderdoctor.tap.ceiling.CeilingExit; in a notebook, CeilingMeasured: one line, no traceback), its diagnosis
+    printed."""
 
     def __init__(
         self,

@@ -50,7 +50,8 @@ def watch(
     away: after the first epoch's start-up, for that many steps in turns (DEFAULT_STEPS with True) the loop is
     handed the batch it got last instead of a new one, then the loader goes on where it stopped. Those steps
     train on repeated batches: use it on a diagnostic run (see the README). With `ceiling_only`, the loop's next()
-    ends it once the turns are done, by SystemExit(0) (loaderdoctor.tap.ceiling.CeilingMeasured)."""
+    ends it once the turns are done, by SystemExit(0) (loaderdoctor.tap.ceiling.CeilingExit; in a notebook,
+    CeilingMeasured: one line, no traceback)."""
     if name is None:
         caller = sys._getframe(1)
         name = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"

@@ -54,3 +54,17 @@ def test_show_refuses_what_is_no_report_and_a_page_with_nowhere_to_go(tmp_path):
         loaderdoctor.show({"schema": "loaderdoctor.check/1"})
     with pytest.raises(UsageError, match="html_path"):
         loaderdoctor.show(_report(), file=io.StringIO(), html_path=tmp_path / "no" / "such" / "r.html")
+
+
+def test_one_loaders_report_shows_as_a_report_of_its_own():
+    """What watch() and the trainer callbacks return: its repr is the short one, show() and print() give the
+    console text, a notebook its page (not the dataclass of every batch)."""
+    loader = _report().loaders["train"]
+    text = repr(loader)
+    assert text.startswith("<loaderdoctor run of 'train'") and "'train': critical input-bound" in text
+    assert "Recording(" not in text and len(text) < 300
+    out = io.StringIO()
+    loaderdoctor.show(loader, file=out)
+    assert "loader 'train'" in out.getvalue() and "critical input-bound" in out.getvalue()
+    assert str(loader).splitlines() == [line.rstrip() for line in out.getvalue().splitlines()]
+    assert loader._repr_html_().startswith("<iframe sandbox")

@@ -14,7 +14,15 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.host.accelerator import wait_for_devices
 from loaderdoctor.plain.data import dataclass_from_dict
-from loaderdoctor.tap.ceiling import DEFAULT_STEPS, Ceiling, CeilingTurns, Turn, TurnsIterator, turn_plan
+from loaderdoctor.tap.ceiling import (
+    DEFAULT_STEPS,
+    Ceiling,
+    CeilingMeasured,
+    CeilingTurns,
+    Turn,
+    TurnsIterator,
+    turn_plan,
+)
 from loaderdoctor.tap.iterator import BatchDelivered, BatchReplayed, Tap
 
 
@@ -249,3 +257,14 @@ def test_on_an_asynchronous_device_a_turn_across_an_epochs_end_holds_its_steps_w
     rates = [turn.intervals / turn.seconds for turn in ceiling.turns]
     assert rates == pytest.approx([100.0] * 3, rel=0.1)  # without the waits at the epoch's end, 122 in the last
     assert ceiling.speedup == pytest.approx(1.0, rel=0.1)
+
+
+def test_past_the_turns_a_script_exits_with_status_0_when_it_stops_there():
+    ceiling = Ceiling(data_free_steps=0, refill=0, turns=[Turn("real", 2), Turn("data-free", 2), Turn("real", 2)])
+    turns = CeilingTurns(ceiling, start_after=0, stop_when_done=True)
+    seen = []
+    with pytest.raises(SystemExit) as stopped:
+        for batch in TurnsIterator(iter(range(100)), turns, 0):
+            seen.append(batch)
+    assert stopped.value.code == 0 and isinstance(stopped.value, CeilingMeasured)
+    assert seen == [0, 1, 1, 1, 2, 3]  # the turns, then the end
