@@ -15,7 +15,7 @@ pytest.importorskip("lightning")
 
 import lightning.pytorch as pl
 
-from loaderdoctor.errors import UsageError
+from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.lightning import LoaderDoctorCallback
 
 pytestmark = pytest.mark.timeout(120)
@@ -137,6 +137,40 @@ def test_the_real_stream_under_the_ceiling_is_the_stream_without_it(make):
     rec = callback.reports["stream/train"].recording
     assert rec.ceiling is not None and rec.ceiling.data_free_steps == 12
     assert [e.batches for e in rec.epochs] == [12, 12, 12]
+
+
+class OneCycle(Seen):
+    """A schedule sized for the fit's steps, as Lightning's docs size a OneCycleLR: it raises once stepped past them."""
+
+    def configure_optimizers(self) -> dict:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        total = self.trainer.estimated_stepping_batches
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def test_a_fit_whose_schedule_raises_past_its_steps_keeps_its_epochs_length():
+    """Lengthened epochs would step its OneCycleLR past its end, a ValueError in the last epoch: the data-free steps
+    take the place of their epoch's last real batches instead, and a warning says so."""
+    plain = Seen(_loader(24, 0.0))
+    _trainer(None, epochs=3).fit(plain)
+    measured = OneCycle(_loader(24, 0.0))
+    callback = LoaderDoctorCallback("onecycle", ceiling=9, history=False)
+    with pytest.warns(LoaderDoctorWarning, match="OneCycleLR is sized for 36 steps"):
+        _trainer(callback, epochs=3).fit(measured)
+
+    assert len(measured.seen) == len(plain.seen) == 36  # the fit's steps, as planned
+    real = _real(measured.seen)
+    assert len(real) == 36 - 9
+    epochs = [plain.seen[n * 12 : (n + 1) * 12] for n in range(3)]
+    at = 0
+    for epoch in epochs:  # each epoch's real batches: its first ones, in order
+        kept = [batch for batch in real[at : at + 12] if batch in epoch]
+        assert kept == epoch[: len(kept)]
+        at += len(kept)
+    assert at == len(real)
+    rec = callback.reports["onecycle/train"].recording
+    assert rec.ceiling is not None and rec.ceiling.data_free_steps == 9 and rec.ceiling.complete
 
 
 @pytest.mark.timeout(60)

@@ -60,7 +60,7 @@ def input_ceiling(rec: Recording) -> Finding | None:
             title=measured[0].upper() + measured[1:] + f" (its waits said {percent(estimate)})",
             evidence=evidence,
             fix=(
-                f"A perfect input pipeline would make this job {speedup:.2f}x faster, and no more: the loop's "
+                f"A perfect input pipeline would make this job {_faster(speedup)}, and no more: the loop's "
                 f"{ceiling.data_free_steps} data-free steps trained on batches it had already seen." + caveat
             ),
             impact=cost,
@@ -82,10 +82,15 @@ def input_ceiling(rec: Recording) -> Finding | None:
         evidence=evidence,
         fix=(
             f"Trust the measured figure, {percent(cost)}: the wait model is wrong for this job ({why}). A perfect "
-            f"input pipeline would make it {speedup:.2f}x faster." + caveat
+            f"input pipeline would make it {_faster(speedup)}." + caveat
         ),
         impact=cost,
     )
+
+
+def _faster(speedup: float) -> str:
+    """What a perfect input gains, in words: 'no faster' where the data-free turns were no faster than the real."""
+    return f"{speedup:.2f}x faster" if speedup > 1.0 else "no faster"
 
 
 def batches_left_unasked(rec: Recording) -> int:
@@ -127,7 +132,7 @@ def job_ceiling(ceilings: dict[int, Ceiling]) -> Finding | None:
         },
         fix=(
             f"The job runs at its slowest rank's pace, with its input and without: a perfect input pipeline on every "
-            f"rank would make it {speedup:.2f}x faster, and no more."
+            f"rank would make it {_faster(speedup)}, and no more."
         ),
         impact=cost,
     )

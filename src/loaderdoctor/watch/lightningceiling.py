@@ -6,13 +6,17 @@ Lightning 2.6 calls the first epoch's iter() inside FitLoop.setup_data, with no 
 making and that iter(): that epoch's iterator, already made, is put through the turns in place (the combined
 loader's mode iterator holds it), later epochs' through the TurnsLoader. An epoch's length is set where Lightning
 keeps it: the fit loop's max_batches (the trainer's num_training_batches), the combined loader's limits, the
-data fetcher's length, and the validation's batch interval when it was the epoch's end."""
+data fetcher's length, and the validation's batch interval when it was the epoch's end. A fit whose schedule raises
+past a fixed number of steps (a OneCycleLR sized for the fit) is not lengthened: there the data-free batches take the
+place of as many of their epoch's last real ones, as in the Hugging Face Trainer, and a warning says so."""
 
 from __future__ import annotations
 
 import math
 import warnings
 from typing import Any
+
+import torch
 
 from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.watch.trainerceiling import TrainerCeiling, TurnsLoader
@@ -30,6 +34,7 @@ class LightningCeiling:
         self.limits = self.combined.limits
         self.max_batches = fit_loop.max_batches
         self.val_check_batch = trainer.val_check_batch
+        self.fixed_steps = fixed_step_budget(trainer)  # why the epochs must keep their length, or None
         self.restored = False
 
     def stepped(self) -> bool:
@@ -44,8 +49,8 @@ class LightningCeiling:
         if not measured:
             self.restore(trainer)
             return
-        if math.isinf(self.max_batches):
-            return  # an epoch that runs until its loader ends: no count to lengthen
+        if math.isinf(self.max_batches) or self.fixed_steps is not None:
+            return  # an epoch that runs until its loader ends (no count to lengthen), or one that must keep its count
         try:
             self._lengthen(trainer, int(self.max_batches))
         except Exception as error:
@@ -91,6 +96,17 @@ class LightningCeiling:
             )
 
 
+def fixed_step_budget(trainer: Any) -> str | None:
+    """Why the fit must take no step more than it planned, or None: a OneCycleLR (alone or inside a SequentialLR or
+    ChainedScheduler) raises once stepped past its total_steps, which a fit sizes from its epochs' batches."""
+    for config in getattr(trainer, "lr_scheduler_configs", None) or []:
+        schedulers = [config.scheduler, *(getattr(config.scheduler, "_schedulers", None) or [])]
+        for scheduler in schedulers:
+            if isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR):
+                return f"its OneCycleLR is sized for {scheduler.total_steps} steps and raises past them"
+    return None
+
+
 def install_ceiling(trainer: Any, loader: Any, steps: int | None, *, stop_when_done: bool) -> LightningCeiling | None:
     """The turns put into the fit's train loader `loader` at the first epoch's start (its iterator made, no batch
     taken yet); None, said as a warning, where the fit's loading is not what they can go through."""
@@ -113,6 +129,13 @@ def install_ceiling(trainer: Any, loader: Any, steps: int | None, *, stop_when_d
     ceiling = TrainerCeiling(loader, steps, stop_when_done=stop_when_done)
     proxy = TurnsLoader(loader, ceiling)
     installed = LightningCeiling(trainer, ceiling, proxy)
+    if installed.fixed_steps is not None:
+        warnings.warn(
+            f"loaderdoctor: the fit's epochs keep their length ({installed.fixed_steps}): the ceiling's data-free "
+            "steps take the place of as many of their epoch's last real batches",
+            LoaderDoctorWarning,
+            stacklevel=3,
+        )
     iterator.iterators[0] = ceiling.iterator(iterator.iterators[0], fetched_before=fetcher.fetched)
     combined.flattened = [proxy]
     return installed

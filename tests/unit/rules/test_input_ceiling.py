@@ -136,3 +136,10 @@ def test_batches_a_loop_left_unasked_beside_data_free_steps_are_said():
     finding = input_ceiling(rec)
     assert finding.evidence["batches_left_unasked"] == 9
     assert "The loop left 9 of its epochs' batches unasked" in finding.fix
+
+
+def test_data_free_turns_no_faster_than_the_real_ones_promise_no_speedup():
+    rec = make_recording(ceiling=_ceiling(real_rate=10.0, free_rate=9.7, wait_share=0.01))
+    finding = input_ceiling(rec)
+    assert "ran 0.97x as fast" in finding.title
+    assert "would make this job no faster, and no more" in finding.fix and "0.97x faster" not in finding.fix
