@@ -203,3 +203,34 @@ def test_the_option_is_checked(tmp_path):
     (tmp_path / "starved.py").write_text(textwrap.dedent(STARVED))
     result = _run(["--ceiling", "2", "starved.py"], tmp_path)
     assert result.returncode == 2 and "--ceiling takes a number of steps, 3 or more" in result.stderr
+
+
+ONE_CYCLE = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(torch.arange(400), batch_size=4, num_workers=2)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=2 * len(loader))
+steps = 0
+for epoch in range(2):
+    for batch in loader:
+        optimizer.step()
+        schedule.step()  # raises once stepped past its 200 steps
+        steps += 1
+print(f"took {steps} steps", flush=True)
+"""
+
+
+def test_a_schedule_sized_for_the_runs_steps_is_not_stepped_past_its_end(tmp_path):
+    """The loop's OneCycleLR would raise a ValueError at the 201st step: the epochs with data-free steps keep their
+    length instead, and the run ends as planned, saying so."""
+    (tmp_path / "onecycle.py").write_text(ONE_CYCLE)
+    result = _run(["--ceiling", "12", "--no-history", "--json", "out.json", "onecycle.py"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "took 200 steps" in result.stdout
+    assert "OneCycleLR is sized for 200 steps and raises past them" in " ".join(result.stderr.split())
+    (loader,) = json.loads((tmp_path / "out.json").read_text())["loaders"].values()
+    assert loader["measurements"]["ceiling"]["data_free_steps"] == 12
+    assert loader["measurements"]["batches"] == 200 - 12  # the loader's batches: as many fewer, left unasked

@@ -44,8 +44,9 @@ def input_ceiling(rec: Recording) -> Finding | None:
         evidence["batches_left_unasked"] = unasked
     caveat = (
         f" The loop left {unasked} of its epochs' batches unasked: where it counts an epoch's batches itself "
-        "(Lightning's and the Hugging Face Trainer's loops, range(len(loader))), the data-free steps took the place "
-        "of as many real ones (the Lightning callback's ceiling= lengthens the epoch instead)."
+        "(Lightning's and the Hugging Face Trainer's loops, range(len(loader))) or a schedule must not step past "
+        "its planned steps (a OneCycleLR), the data-free steps took the place of as many real ones (the Lightning "
+        "callback's ceiling= lengthens the epoch where it can)."
         if unasked
         else ""
     )

@@ -22,6 +22,7 @@ from typing import Any
 from loaderdoctor.errors import UsageError
 from loaderdoctor.host.accelerator import wait_for_devices
 from loaderdoctor.loader.settings import Settings
+from loaderdoctor.tap.schedules import live_raising_schedule
 
 DEFAULT_STEPS = 60  # data-free steps when the user names none: three turns of 20
 MIN_TURN_STEPS = 5  # the fewest intervals a turn measures
@@ -147,12 +148,17 @@ class CeilingTurns:
         start_after: int,
         *,
         stop_when_done: bool = False,
+        check_schedules: bool = False,
         wait_for_device: Callable[[], bool] = wait_for_devices,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.ceiling = ceiling
         self.start_after = start_after
         self.stop_when_done = stop_when_done
+        # whether to look, as the turns begin, for a schedule that raises past its planned steps (tap/schedules.py):
+        # where one is alive, an epoch with data-free steps keeps its length (not when the run ends after the turns)
+        self.check_schedules = check_schedules and not stop_when_done
+        self.keep_length = False
         self.wait_for_device = wait_for_device  # waits for an asynchronous device's queued work; True if it did
         self.clock = clock  # read again after such a wait: the caller's clock, perf_counter's
         self.step = 0  # deliveries so far, real and data-free
@@ -211,6 +217,17 @@ class CeilingTurns:
     ) -> None:
         """A batch reached the loop at `at` after `wait_s` in next(): a real one, or one handed again;
         `epoch_ends` when it is the epoch's last, as the loader's length tells."""
+        if self.check_schedules and self.step == self.start_after - 1:  # the last delivery before the turns
+            self.check_schedules = False
+            found = live_raising_schedule()
+            if found is not None:
+                self.keep_length = True
+                logging.getLogger("loaderdoctor").warning(
+                    "loaderdoctor: the loop's %s: an epoch with data-free steps keeps its length, the data-free "
+                    "steps taking the place of its last real batches",
+                    found,
+                )
+            at = self.clock()  # the next interval starts after the search
         measured, after = self._measured_turn(self.step), self._measured_turn(self.step + 1)
         edge = measured != after or (after is not None and self._last_epoch != epoch)
         if (edge or (measured is not None and epoch_ends)) and self.wait_for_device():
@@ -227,6 +244,11 @@ class CeilingTurns:
         # The batch is held only while a data-free turn may still come: then let go of it.
         self._last_batch = batch if self._turn(self.step) is not None else None
         self._last_at, self._last_epoch = at, epoch
+
+    def epoch_over(self, delivered: int, replayed: int, length: int | None) -> bool:
+        """Whether an epoch that kept its length (`keep_length`) is over: its `delivered` real batches and `replayed`
+        data-free ones make the `length` the loader has (unknown: never)."""
+        return self.keep_length and replayed > 0 and length is not None and delivered + replayed >= length
 
     def _measured_turn(self, step: int) -> int | None:
         """The number of the turn that measures the interval ending at delivery `step` (within one epoch), None
@@ -277,11 +299,15 @@ def ceiling_steps(ceiling: Any) -> int | bool | None:
     return ceiling
 
 
-def ceiling_turns(steps: int | None, settings: Settings, *, stop_when_done: bool = False) -> CeilingTurns:
+def ceiling_turns(
+    steps: int | None, settings: Settings, *, stop_when_done: bool = False, check_schedules: bool = True
+) -> CeilingTurns:
     """The data-free turns of a loader with these settings: they start once the first epoch's workers have each
-    delivered a batch and a few steady ones came, the same step on every rank of a job."""
+    delivered a batch and a few steady ones came, the same step on every rank of a job. `check_schedules`: look for
+    a schedule that raises past its planned steps as they begin (a trainer's callback looks at the trainer's own)."""
     plan = turn_plan(steps, num_workers=settings.num_workers, prefetch_factor=settings.prefetch_factor)
-    return CeilingTurns(plan, start_after=max(1, settings.num_workers) + MIN_TURN_STEPS, stop_when_done=stop_when_done)
+    start_after = max(1, settings.num_workers) + MIN_TURN_STEPS
+    return CeilingTurns(plan, start_after, stop_when_done=stop_when_done, check_schedules=check_schedules)
 
 
 class TurnsIterator:
@@ -305,6 +331,7 @@ class TurnsIterator:
         self.on_replayed = on_replayed
         self.clock = clock
         self.delivered = 0  # real batches of this epoch
+        self.replayed = 0  # and data-free ones
         try:
             self.length: int | None = len(inner)  # type: ignore[arg-type]
         except TypeError:
@@ -315,8 +342,12 @@ class TurnsIterator:
 
     def __next__(self) -> Any:
         turns = self.turns
+        if turns.epoch_over(self.delivered, self.replayed, self.length):
+            turns.left_epoch(self.clock())
+            raise StopIteration
         again = turns.hand_again(self.epoch, self.clock())
         if again is not None:
+            self.replayed += 1
             if self.on_replayed is not None:
                 self.on_replayed()
             return again
@@ -332,6 +363,7 @@ class TurnsIterator:
         return batch
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("inner", "turns", "epoch", "on_replayed", "clock", "delivered", "length"):
+        own = ("inner", "turns", "epoch", "on_replayed", "clock", "delivered", "replayed", "length")
+        if name.startswith("__") or name in own:
             raise AttributeError(name)
         return getattr(self.inner, name)  # the inner iterator's own attributes (len, _workers, ...) read through

@@ -6,7 +6,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -180,6 +180,7 @@ class TapIterator:
         self.epoch = epoch
         self.index = 0  # the number of the next batch, failed ones counted
         self.delivered = 0
+        self.replayed = 0  # data-free batches handed this epoch (the ceiling's turns)
         # the epoch's length, for the ceiling's turns: its last batch ends a measured span (tap/ceiling.py)
         self.batches_in_epoch = tap.batches_per_epoch() if tap.ceiling is not None else None
         self.fingerprinted = 0  # samples of this epoch fingerprinted (see BatchDelivered.fingerprints)
@@ -204,13 +205,27 @@ class TapIterator:
     def __iter__(self) -> TapIterator:
         return self
 
+    def _end_epoch(self, asked: float) -> NoReturn:
+        """The epoch is over, the loop having asked for a batch more at `asked`: said, and StopIteration raised."""
+        tap = self._tap
+        self.waiting_since = None
+        ended = tap.clock()
+        if tap.ceiling is not None:
+            tap.ceiling.left_epoch(asked)
+        tap.emit(EpochEnded(self.epoch, self.index, ended - self.started_at, ended - asked))
+        raise StopIteration
+
     def __next__(self) -> Any:
         tap = self._tap
         clock = tap.clock
-        if tap.ceiling is not None and (again := tap.ceiling.hand_again(self.epoch, clock())) is not None:
-            self.delay_at_delivery = None  # the next real batch's step is not this one's
-            tap.emit(BatchReplayed(self.epoch))
-            return again
+        if tap.ceiling is not None:
+            if tap.ceiling.epoch_over(self.delivered, self.replayed, self.batches_in_epoch):
+                self._end_epoch(clock())  # it kept its length: its last real batches are left unasked
+            if (again := tap.ceiling.hand_again(self.epoch, clock())) is not None:
+                self.replayed += 1
+                self.delay_at_delivery = None  # the next real batch's step is not this one's
+                tap.emit(BatchReplayed(self.epoch))
+                return again
         # Events are made only for listeners: a guard without any pays for a clock read or two per batch.
         listening = bool(tap.listeners)
         self.waiting_since = started = clock()
@@ -226,12 +241,7 @@ class TapIterator:
         try:
             batch = next(self.inner)
         except StopIteration:
-            self.waiting_since = None
-            ended = clock()
-            if tap.ceiling is not None:
-                tap.ceiling.left_epoch(started)
-            tap.emit(EpochEnded(self.epoch, self.index, ended - self.started_at, ended - started))
-            raise
+            self._end_epoch(started)
         except Exception as error:
             self.waiting_since = None
             self.failed_wait_s = clock() - started

@@ -16,9 +16,8 @@ import math
 import warnings
 from typing import Any
 
-import torch
-
 from loaderdoctor.errors import LoaderDoctorWarning
+from loaderdoctor.tap.schedules import raising_schedule
 from loaderdoctor.watch.trainerceiling import TrainerCeiling, TurnsLoader
 
 
@@ -97,13 +96,12 @@ class LightningCeiling:
 
 
 def fixed_step_budget(trainer: Any) -> str | None:
-    """Why the fit must take no step more than it planned, or None: a OneCycleLR (alone or inside a SequentialLR or
-    ChainedScheduler) raises once stepped past its total_steps, which a fit sizes from its epochs' batches."""
+    """Why the fit must take no step more than it planned, or None: one of its schedules raises once stepped past
+    the steps it was sized for (tap/schedules.py), which a fit sizes from its epochs' batches."""
     for config in getattr(trainer, "lr_scheduler_configs", None) or []:
-        schedulers = [config.scheduler, *(getattr(config.scheduler, "_schedulers", None) or [])]
-        for scheduler in schedulers:
-            if isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR):
-                return f"its OneCycleLR is sized for {scheduler.total_steps} steps and raises past them"
+        found = raising_schedule(config.scheduler)
+        if found is not None:
+            return f"its {found}"
     return None
 
 

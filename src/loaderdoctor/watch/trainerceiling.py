@@ -32,9 +32,8 @@ class TrainerCeiling:
     def __init__(
         self, loader: Any, steps: int | None, *, stop_when_done: bool, on_measured: Callable[[], None] | None = None
     ) -> None:
-        self.turns: CeilingTurns = ceiling_turns(
-            steps, LoaderSpec.from_loader(loader).settings, stop_when_done=stop_when_done
-        )
+        settings = LoaderSpec.from_loader(loader).settings
+        self.turns: CeilingTurns = ceiling_turns(steps, settings, stop_when_done=stop_when_done, check_schedules=False)
         self.on_measured = on_measured
         self.pending: deque[bool] = deque()  # per batch delivered and not yet stepped on: whether data-free
         self.epoch = -1

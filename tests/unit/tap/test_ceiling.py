@@ -268,3 +268,60 @@ def test_past_the_turns_a_script_exits_with_status_0_when_it_stops_there():
             seen.append(batch)
     assert stopped.value.code == 0 and isinstance(stopped.value, CeilingMeasured)
     assert seen == [0, 1, 1, 1, 2, 3]  # the turns, then the end
+
+
+def _one_cycle(total_steps: int) -> torch.optim.lr_scheduler.OneCycleLR:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total_steps)
+
+
+def test_with_a_schedule_that_raises_past_its_steps_an_epoch_keeps_its_length(caplog):
+    """A OneCycleLR sized for the loop's 2 x 60 steps would raise at the 121st: each epoch that took data-free steps
+    ends at its length, its last real batches left unasked (the turns here run across the first epoch's end)."""
+
+    def loader() -> DataLoader:
+        # no shuffle: a sampler left within its epoch draws the next epoch's order from another state of its generator
+        return DataLoader(range(240), batch_size=4)
+
+    plain = [list(range(240)) for epoch in range(2)]
+    schedule = _one_cycle(total_steps=120)
+    events: list = []
+    tap = Tap(loader(), [events.append], start_method=None)
+    tap.ceiling = CeilingTurns(turn_plan(30, num_workers=0, prefetch_factor=None), 3, check_schedules=True)
+    with caplog.at_level("WARNING", logger="loaderdoctor"):
+        seen = [list(tap.epoch(epoch)) for epoch in range(2)]
+    for _ in itertools.chain(*seen):
+        schedule.optimizer.step()
+        schedule.step()  # as the loop would: no step past the 120 planned
+    assert [len(epoch) for epoch in seen] == [60, 60]
+    assert tap.ceiling.ceiling.data_free_steps == 30 and tap.ceiling.ceiling.complete
+    # 3 + 10 real, 10 data-free, 10 real, 10 data-free, 10 real, then 7 data-free in the first epoch, 3 in the second
+    delivered = [sum(isinstance(e, BatchDelivered) and e.epoch == n for e in events) for n in range(2)]
+    assert delivered == [60 - 27, 60 - 3]
+    real = _real_stream(seen[0] + seen[1])
+    assert real == plain[0][: 4 * delivered[0]] + plain[1][: 4 * delivered[1]]  # each epoch's first, in order
+    assert "OneCycleLR is sized for 120 steps and raises past them" in caplog.text
+    assert sum(type(e).__name__ == "EpochEnded" for e in events) == 2
+
+
+def test_a_schedule_at_its_end_or_a_run_that_stops_after_the_turns_keeps_the_stream_whole():
+    finished = _one_cycle(total_steps=2)
+    for _ in range(2):
+        finished.optimizer.step()
+        finished.step()  # a training that ended (a notebook's earlier cell): it raises nothing more
+    tap, _ = _tapped(DataLoader(range(240), batch_size=4), steps=30)
+    tap.ceiling.check_schedules = True
+    seen = _loop(tap, epochs=1)
+    assert len(seen) == 60 + 30 and _real_stream(seen) == list(range(240))
+    live = _one_cycle(total_steps=60)
+    turns = CeilingTurns(turn_plan(30, num_workers=0, prefetch_factor=None), 3, check_schedules=True,
+                         stop_when_done=True)  # fmt: skip
+    assert not turns.check_schedules and live.last_epoch == 0  # ended after the turns: no step past the plan
+
+
+def test_turns_around_any_iterator_end_an_epoch_that_keeps_its_length_at_its_length():
+    ceiling = Ceiling(data_free_steps=0, refill=0, turns=[Turn("real", 2), Turn("data-free", 3), Turn("real", 2)])
+    turns = CeilingTurns(ceiling, start_after=1)
+    turns.keep_length = True
+    seen = list(TurnsIterator(_Epoch(10), turns, 0))
+    assert seen == [0, 1, 2, 2, 2, 2, 3, 4, 5, 6]  # ten steps: 3 data-free, 7 real, the last 3 left unasked
