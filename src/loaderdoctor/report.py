@@ -103,6 +103,7 @@ def ceiling_figures(rec: Recording) -> dict[str, Any] | None:
         "data_free_steps": c.data_free_steps,
         "trained_on_repeated_batches": c.trained_on_repeated_batches and c.data_free_steps > 0,
         "complete": c.complete,
+        "epochs_kept_length": c.kept_length,
     }
 
 

@@ -171,6 +171,7 @@ def test_a_fit_whose_schedule_raises_past_its_steps_keeps_its_epochs_length():
     assert at == len(real)
     rec = callback.reports["onecycle/train"].recording
     assert rec.ceiling is not None and rec.ceiling.data_free_steps == 9 and rec.ceiling.complete
+    assert rec.ceiling.kept_length == "the fit's OneCycleLR is sized for 36 steps and raises past them"
 
 
 @pytest.mark.timeout(60)

@@ -232,5 +232,7 @@ def test_a_schedule_sized_for_the_runs_steps_is_not_stepped_past_its_end(tmp_pat
     assert "took 200 steps" in result.stdout
     assert "OneCycleLR is sized for 200 steps and raises past them" in " ".join(result.stderr.split())
     (loader,) = json.loads((tmp_path / "out.json").read_text())["loaders"].values()
-    assert loader["measurements"]["ceiling"]["data_free_steps"] == 12
+    ceiling = loader["measurements"]["ceiling"]
+    assert ceiling["data_free_steps"] == 12
+    assert ceiling["epochs_kept_length"] == "the loop's OneCycleLR is sized for 200 steps and raises past them"
     assert loader["measurements"]["batches"] == 200 - 12  # the loader's batches: as many fewer, left unasked

@@ -42,14 +42,15 @@ def input_ceiling(rec: Recording) -> Finding | None:
     unasked = batches_left_unasked(rec)
     if unasked:
         evidence["batches_left_unasked"] = unasked
-    caveat = (
-        f" The loop left {unasked} of its epochs' batches unasked: where it counts an epoch's batches itself "
-        "(Lightning's and the Hugging Face Trainer's loops, range(len(loader))) or a schedule must not step past "
-        "its planned steps (a OneCycleLR), the data-free steps took the place of as many real ones (the Lightning "
-        "callback's ceiling= lengthens the epoch where it can)."
-        if unasked
-        else ""
-    )
+    if ceiling.kept_length:
+        why = f"{ceiling.kept_length}, so each epoch with data-free steps kept its length"
+    else:
+        why = (
+            "where it counts an epoch's batches itself (Lightning's and the Hugging Face Trainer's loops, "
+            "range(len(loader))), the data-free steps took the place of as many real ones (the Lightning callback's "
+            "ceiling= lengthens the epoch where it can)"
+        )
+    caveat = f" The loop left {unasked} of its epochs' batches unasked: {why}." if unasked else ""
     measured = (
         f"with its input taken away the loop ran {speedup:.2f}x as fast: the input costs {percent(cost)} of its time"
     )

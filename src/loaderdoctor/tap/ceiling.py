@@ -48,6 +48,8 @@ class Ceiling:
     refill: int  # deliveries left out at the start of a turn that follows another (see CeilingTurns._settling)
     turns: list[Turn] = field(default_factory=list)
     trained_on_repeated_batches: bool = True
+    # why an epoch with data-free steps kept its length (a schedule that raises past its planned steps), or None
+    kept_length: str | None = None
 
     def rate(self, kind: str) -> float | None:
         """Batches per second of the loop over the turns of `kind` ("real" or "data-free"), None before both a
@@ -222,6 +224,7 @@ class CeilingTurns:
             found = live_raising_schedule()
             if found is not None:
                 self.keep_length = True
+                self.ceiling.kept_length = f"the loop's {found}"
                 logging.getLogger("loaderdoctor").warning(
                     "loaderdoctor: the loop's %s: an epoch with data-free steps keeps its length, the data-free "
                     "steps taking the place of its last real batches",

@@ -25,7 +25,7 @@ def live_raising_schedule() -> str | None:
     as its turns begin (a fraction of a second in a large process); None where there is none."""
     for candidate in gc.get_objects():
         # type(), not isinstance(): isinstance reads an object's __class__, which a proxy's property computes
-        if issubclass(type(candidate), torch.optim.lr_scheduler.OneCycleLR):
-            if candidate.last_epoch < candidate.total_steps:
-                return raising_schedule(candidate)
+        kind = type(candidate)
+        if issubclass(kind, torch.optim.lr_scheduler.OneCycleLR) and candidate.last_epoch < candidate.total_steps:
+            return raising_schedule(candidate)
     return None

@@ -101,7 +101,7 @@ def fixed_step_budget(trainer: Any) -> str | None:
     for config in getattr(trainer, "lr_scheduler_configs", None) or []:
         found = raising_schedule(config.scheduler)
         if found is not None:
-            return f"its {found}"
+            return found
     return None
 
 
@@ -128,8 +128,9 @@ def install_ceiling(trainer: Any, loader: Any, steps: int | None, *, stop_when_d
     proxy = TurnsLoader(loader, ceiling)
     installed = LightningCeiling(trainer, ceiling, proxy)
     if installed.fixed_steps is not None:
+        ceiling.turns.ceiling.kept_length = f"the fit's {installed.fixed_steps}"
         warnings.warn(
-            f"loaderdoctor: the fit's epochs keep their length ({installed.fixed_steps}): the ceiling's data-free "
+            f"loaderdoctor: the fit's epochs keep their length (its {installed.fixed_steps}): the ceiling's data-free "
             "steps take the place of as many of their epoch's last real batches",
             LoaderDoctorWarning,
             stacklevel=3,

@@ -136,6 +136,12 @@ def test_batches_a_loop_left_unasked_beside_data_free_steps_are_said():
     finding = input_ceiling(rec)
     assert finding.evidence["batches_left_unasked"] == 9
     assert "The loop left 9 of its epochs' batches unasked" in finding.fix
+    assert "counts an epoch's batches itself" in finding.fix
+    rec.ceiling.kept_length = "the loop's OneCycleLR is sized for 120 steps and raises past them"
+    assert (
+        "unasked: the loop's OneCycleLR is sized for 120 steps and raises past them, so each epoch with data-free "
+        "steps kept its length." in input_ceiling(rec).fix
+    )
 
 
 def test_data_free_turns_no_faster_than_the_real_ones_promise_no_speedup():

@@ -301,6 +301,7 @@ def test_with_a_schedule_that_raises_past_its_steps_an_epoch_keeps_its_length(ca
     real = _real_stream(seen[0] + seen[1])
     assert real == plain[0][: 4 * delivered[0]] + plain[1][: 4 * delivered[1]]  # each epoch's first, in order
     assert "OneCycleLR is sized for 120 steps and raises past them" in caplog.text
+    assert tap.ceiling.ceiling.kept_length == "the loop's OneCycleLR is sized for 120 steps and raises past them"
     assert sum(type(e).__name__ == "EpochEnded" for e in events) == 2
 
 
