@@ -136,7 +136,7 @@ def test_a_fix_that_would_repeat_the_stream_is_not_compared_and_says_why():
                 yield item
 
     loader = DataLoader(SlowUnsplit(), batch_size=4, num_workers=0)
-    report = loaderdoctor.check(Workload(loader, step_ms=5), budget_s=20)
+    report = loaderdoctor.check(Workload(loader, step_ms=5), budget_s=12)
     (loader_report,) = report.loaders.values()
     fix = loader_report.verification
     assert fix is not None and fix.settings.num_workers >= 2
