@@ -144,6 +144,7 @@ def test_the_real_stream_under_the_ceiling_is_the_stream_without_it_less_its_epo
     # The turns' last batch of the first epoch, fetched ahead by accelerate and never trained on, is not counted.
     assert rec.ceiling is not None and rec.ceiling.data_free_steps == free == 8
     assert sum(e.batches for e in rec.epochs) == 40 - free
+    assert rec.ceiling.kept_length == "the Hugging Face Trainer counted its epochs' batches first"
 
 
 def test_ceiling_only_ends_the_training_once_measured_with_its_report_and_no_worker_left(tmp_path, capsys):

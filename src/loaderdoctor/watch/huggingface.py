@@ -221,6 +221,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
                 loader.base_dataloader = TurnsLoader(inner, run.ceiling)  # iterated by accelerate's __iter__
                 run.turned = (loader, inner)
                 hooked.recorder.rec.ceiling = run.ceiling.turns.ceiling  # filled in as the turns go by
+                run.ceiling.turns.ceiling.kept_length = "the Hugging Face Trainer counted its epochs' batches first"
                 if run.main:
                     log.warning(
                         "loaderdoctor: the ceiling's data-free steps train on repeated batches, and the Trainer "
