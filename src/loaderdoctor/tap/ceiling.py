@@ -164,6 +164,7 @@ class CeilingTurns:
         self.wait_for_device = wait_for_device  # waits for an asynchronous device's queued work; True if it did
         self.clock = clock  # read again after such a wait: the caller's clock, perf_counter's
         self.step = 0  # deliveries so far, real and data-free
+        self._planned = sum(turn.deliveries for turn in ceiling.turns)  # the turns' deliveries in all
         self._last_batch: Any = None
         self._last_at: float | None = None
         self._last_epoch: int | None = None
@@ -172,8 +173,8 @@ class CeilingTurns:
     def _turn(self, step: int) -> tuple[int, int] | None:
         """The turn number of a delivery and its place in the turn; None outside the turns."""
         place = step - self.start_after
-        if place < 0:
-            return None
+        if place < 0 or place >= self._planned:
+            return None  # before the turns, or past them: most of a long run's deliveries, at once
         for number, turn in enumerate(self.ceiling.turns):
             if place < turn.deliveries:
                 return number, place
@@ -189,7 +190,7 @@ class CeilingTurns:
     @property
     def done(self) -> bool:
         """Whether every turn has gone by."""
-        return self.step >= self.start_after + sum(t.deliveries for t in self.ceiling.turns)
+        return self.step >= self.start_after + self._planned
 
     def hand_again(self, epoch: int, at: float) -> Any:
         """At a next() of `epoch` at clock time `at`: the batch handed to the loop again, its delivery counted, or
@@ -205,7 +206,7 @@ class CeilingTurns:
         Raises CeilingMeasured past the turns when the run stops there."""
         if self.stop_when_done and self.done:
             logging.getLogger("loaderdoctor").warning(
-                "loaderdoctor: the ceiling is measured (%d data-free steps): the run ends here",
+                "the ceiling is measured (%d data-free steps): the run ends here",
                 self.ceiling.data_free_steps,
             )
             raise ceiling_measured()
@@ -226,7 +227,7 @@ class CeilingTurns:
                 self.keep_length = True
                 self.ceiling.kept_length = f"the loop's {found}"
                 logging.getLogger("loaderdoctor").warning(
-                    "loaderdoctor: the loop's %s: an epoch with data-free steps keeps its length, the data-free "
+                    "the loop's %s: an epoch with data-free steps keeps its length, the data-free "
                     "steps taking the place of its last real batches",
                     found,
                 )
@@ -249,9 +250,21 @@ class CeilingTurns:
         self._last_at, self._last_epoch = at, epoch
 
     def epoch_over(self, delivered: int, replayed: int, length: int | None) -> bool:
-        """Whether an epoch that kept its length (`keep_length`) is over: its `delivered` real batches and `replayed`
-        data-free ones make the `length` the loader has (unknown: never)."""
-        return self.keep_length and replayed > 0 and length is not None and delivered + replayed >= length
+        """Whether an epoch that keeps its length (`keep_length`) is over: its `delivered` real batches and
+        `replayed` data-free ones make the `length` the loader has. Where the length is unknown (an
+        IterableDataset), never: a warning says, once, that the schedule may then be stepped past its end."""
+        if not self.keep_length or replayed == 0:
+            return False
+        if length is None:
+            if self.ceiling.kept_length is not None:  # said once; the JSON then says no epoch kept its length
+                logging.getLogger("loaderdoctor").warning(
+                    "%s, but the loader's epochs have no known length to keep: the data-free steps add "
+                    "to the loop's steps, and may step it past its end (measure such a job with --ceiling-only)",
+                    self.ceiling.kept_length,
+                )
+                self.ceiling.kept_length = None
+            return False
+        return delivered + replayed >= length
 
     def _measured_turn(self, step: int) -> int | None:
         """The number of the turn that measures the interval ending at delivery `step` (within one epoch), None

@@ -224,7 +224,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
                 run.ceiling.turns.ceiling.kept_length = "the Hugging Face Trainer counted its epochs' batches first"
                 if run.main:
                     log.warning(
-                        "loaderdoctor: the ceiling's data-free steps train on repeated batches, and the Trainer "
+                        "the ceiling's data-free steps train on repeated batches, and the Trainer "
                         "counted its epochs' batches already: they take the place of as many of their epoch's last "
                         "real batches (a diagnostic run; see the README)"
                     )

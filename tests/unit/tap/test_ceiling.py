@@ -270,12 +270,23 @@ def test_past_the_turns_a_script_exits_with_status_0_when_it_stops_there():
     assert seen == [0, 1, 1, 1, 2, 3]  # the turns, then the end
 
 
-def _one_cycle(total_steps: int) -> torch.optim.lr_scheduler.OneCycleLR:
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total_steps)
+@pytest.fixture
+def one_cycle():
+    """OneCycleLRs, alive in this process while the test runs, each brought to its end afterwards: one left alive
+    and unfinished would make the turns of later tests in this process keep their epochs' length."""
+    made: list[torch.optim.lr_scheduler.OneCycleLR] = []
+
+    def make(total_steps: int) -> torch.optim.lr_scheduler.OneCycleLR:
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        made.append(torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total_steps))
+        return made[-1]
+
+    yield make
+    for schedule in made:
+        schedule.last_epoch = schedule.total_steps
 
 
-def test_with_a_schedule_that_raises_past_its_steps_an_epoch_keeps_its_length(caplog):
+def test_with_a_schedule_that_raises_past_its_steps_an_epoch_keeps_its_length(caplog, one_cycle):
     """A OneCycleLR sized for the loop's 2 x 60 steps would raise at the 121st: each epoch that took data-free steps
     ends at its length, its last real batches left unasked (the turns here run across the first epoch's end)."""
 
@@ -284,7 +295,7 @@ def test_with_a_schedule_that_raises_past_its_steps_an_epoch_keeps_its_length(ca
         return DataLoader(range(240), batch_size=4)
 
     plain = [list(range(240)) for epoch in range(2)]
-    schedule = _one_cycle(total_steps=120)
+    schedule = one_cycle(total_steps=120)
     events: list = []
     tap = Tap(loader(), [events.append], start_method=None)
     tap.ceiling = CeilingTurns(turn_plan(30, num_workers=0, prefetch_factor=None), 3, check_schedules=True)
@@ -305,8 +316,8 @@ def test_with_a_schedule_that_raises_past_its_steps_an_epoch_keeps_its_length(ca
     assert sum(type(e).__name__ == "EpochEnded" for e in events) == 2
 
 
-def test_a_schedule_at_its_end_or_a_run_that_stops_after_the_turns_keeps_the_stream_whole():
-    finished = _one_cycle(total_steps=2)
+def test_a_schedule_at_its_end_leaves_the_stream_whole(one_cycle):
+    finished = one_cycle(total_steps=2)
     for _ in range(2):
         finished.optimizer.step()
         finished.step()  # a training that ended (a notebook's earlier cell): it raises nothing more
@@ -314,10 +325,30 @@ def test_a_schedule_at_its_end_or_a_run_that_stops_after_the_turns_keeps_the_str
     tap.ceiling.check_schedules = True
     seen = _loop(tap, epochs=1)
     assert len(seen) == 60 + 30 and _real_stream(seen) == list(range(240))
-    live = _one_cycle(total_steps=60)
-    turns = CeilingTurns(turn_plan(30, num_workers=0, prefetch_factor=None), 3, check_schedules=True,
-                         stop_when_done=True)  # fmt: skip
-    assert not turns.check_schedules and live.last_epoch == 0  # ended after the turns: no step past the plan
+    assert tap.ceiling.ceiling.kept_length is None
+
+
+def test_a_run_that_stops_after_the_turns_does_not_look_for_schedules(one_cycle):
+    one_cycle(total_steps=60)  # alive and unfinished, but the run ends once measured: it is never stepped past
+    tap, _ = _tapped(DataLoader(range(240), batch_size=4), steps=15)
+    tap.ceiling = CeilingTurns(turn_plan(15, num_workers=0, prefetch_factor=None), 3, check_schedules=True,
+                               stop_when_done=True)  # fmt: skip
+    with pytest.raises(SystemExit):
+        _loop(tap, epochs=1)
+    assert not tap.ceiling.keep_length and tap.ceiling.ceiling.kept_length is None
+
+
+def test_an_epoch_of_unknown_length_cannot_keep_it_and_says_so(caplog, one_cycle):
+    one_cycle(total_steps=100)
+    plain = [int(v) for batch in DataLoader(Counting(400), batch_size=5) for v in batch]
+    tap, _ = _tapped(DataLoader(Counting(400), batch_size=5), steps=15)
+    tap.ceiling.check_schedules = True
+    with caplog.at_level("WARNING", logger="loaderdoctor"):
+        seen = _loop(tap, epochs=1)
+    assert len(seen) == 80 + 15 and _real_stream(seen) == plain  # the steps added, the stream whole
+    assert "but the loader's epochs have no known length to keep" in caplog.text
+    assert caplog.text.count("no known length") == 1
+    assert tap.ceiling.ceiling.kept_length is None  # the JSON says no epoch kept its length
 
 
 def test_turns_around_any_iterator_end_an_epoch_that_keeps_its_length_at_its_length():
