@@ -42,6 +42,22 @@ class Indexed(torch.utils.data.Dataset):
         return {"x": torch.full((4,), float(index)), "labels": torch.ones(1)}
 
 
+class Stream(torch.utils.data.IterableDataset):
+    """`n` samples in order, each its own index, each taking `read_s` to load: accelerate dispatches its batches
+    (DataLoaderDispatcher), here from the one process."""
+
+    def __init__(self, n: int, read_s: float) -> None:
+        self.n, self.read_s = n, read_s
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        first, step = (info.id, info.num_workers) if info is not None else (0, 1)
+        for index in range(first, self.n, step):
+            if self.read_s:
+                time.sleep(self.read_s)
+            yield {"x": torch.full((4,), float(index)), "labels": torch.ones(1)}
+
+
 class Linear(torch.nn.Module):
     """A model as the Trainer takes one, noting the sample indices of each batch it trains on in `seen`."""
 
@@ -66,10 +82,13 @@ class Epochs(transformers.TrainerCallback):
         self.seen.append("epoch")
 
 
-def _train(tmp_path, callback, data, *, epochs: int = 1, accumulate: int = 1, workers: int = 0) -> tuple:
+def _train(
+    tmp_path, callback, data, *, epochs: int = 1, accumulate: int = 1, workers: int = 0, steps: int = -1
+) -> tuple:
     seen: list = []
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), num_train_epochs=epochs, use_cpu=True, report_to=[], disable_tqdm=True,
+        output_dir=str(tmp_path / "out"), num_train_epochs=epochs, max_steps=steps, use_cpu=True, report_to=[],
+        disable_tqdm=True,
         per_device_train_batch_size=2, gradient_accumulation_steps=accumulate, dataloader_num_workers=workers,
         dataloader_persistent_workers=workers > 0, logging_strategy="no", save_strategy="no", seed=3,
     )  # fmt: skip
@@ -156,6 +175,40 @@ def test_ceiling_only_ends_the_training_once_measured_with_its_report_and_no_wor
     rec = callback.reports["only/train"].recording
     assert rec.ceiling is not None and rec.ceiling.data_free_steps == 9 and rec.ceiling.complete
     assert sum(e.batches for e in rec.epochs) < 100  # of the 3 x 200 the training would have taken
+    assert "only (Hugging Face Trainer)" in capsys.readouterr().err
+    # No worker is left: the autouse fixture fails the test otherwise.
+
+
+def test_a_dispatched_stream_gets_its_turns_at_its_steps_and_its_real_stream_whole_across_epochs(tmp_path):
+    # Epochs of 20 batches (40 samples, 2 per batch) that the ceiling's turns (6 + 4 x 5 + 9 deliveries) run across;
+    # an epoch of a stream has no length to keep: its data-free steps make it longer, the 40 steps fewer real ones.
+    plain, _ = _train(tmp_path, None, Stream(40, 0.0), steps=40)
+    callback = LoaderDoctorTrainerCallback("stream", ceiling=9, history=False)
+    measured, loader = _train(tmp_path, callback, Stream(40, 0.0), steps=40)
+
+    assert type(loader).__name__ == "DataLoaderDispatcher"
+    rec = callback.reports["stream/train"].recording
+    assert rec.ceiling is not None and rec.ceiling.complete and rec.ceiling.data_free_steps == 9
+    plain_batches = [batch for batch in plain if batch != "epoch"]
+    batches = [batch for batch in measured if batch != "epoch"]
+    assert len(plain_batches) == len(batches) == 40
+    real = _real(batches)
+    assert len(real) == 40 - 9 and real == plain_batches[: len(real)]
+    assert len(_epochs(measured)[0]) > 20  # the first epoch took data-free steps too
+    assert sum(e.batches for e in rec.epochs) == 40 - 9
+    assert type(loader.base_dataloader) is torch.utils.data.DataLoader  # put back
+
+
+def test_a_dispatched_starved_stream_with_workers_and_ceiling_only_ends_measured(tmp_path, capsys):
+    callback = LoaderDoctorTrainerCallback("only", ceiling=9, ceiling_only=True, history=False)
+    with pytest.raises(SystemExit) as ended:
+        _train(tmp_path, callback, Stream(4000, 0.005), accumulate=2, workers=2, steps=500)
+
+    assert ended.value.code == 0
+    rec = callback.reports["only/train"].recording
+    assert rec.ceiling is not None and rec.ceiling.data_free_steps == 9 and rec.ceiling.complete
+    assert rec.ceiling.speedup is not None and rec.ceiling.speedup > 2  # 10 ms of loading per batch, 2 workers
+    assert sum(e.batches for e in rec.epochs) < 100
     assert "only (Hugging Face Trainer)" in capsys.readouterr().err
     # No worker is left: the autouse fixture fails the test otherwise.
 

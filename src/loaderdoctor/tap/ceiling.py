@@ -100,11 +100,14 @@ class Ceiling:
         return ratios
 
 
-def turn_plan(steps: int | None, *, num_workers: int, prefetch_factor: int | None) -> Ceiling:
+def turn_plan(
+    steps: int | None, *, num_workers: int, prefetch_factor: int | None, batches_per_delivery: int = 1
+) -> Ceiling:
     """The plan of turns for `steps` data-free steps in all (DEFAULT_STEPS when None): three data-free turns that
     share them between four real ones, each real turn as long as a data-free one and long enough to measure
-    MIN_TURN_STEPS past its refill (the batches the workers had ready)."""
-    refill = num_workers * (prefetch_factor or 2) if num_workers else 0
+    MIN_TURN_STEPS past its refill (the batches the workers had ready, in deliveries of `batches_per_delivery` of
+    the loader's batches each: accelerate's dispatcher concatenates one per process)."""
+    refill = -(-num_workers * (prefetch_factor or 2) // batches_per_delivery) if num_workers else 0
     total = DEFAULT_STEPS if steps is None else steps
     free = [total // 3 + (1 if n < total % 3 else 0) for n in range(3)]
     real = max(MIN_TURN_STEPS, max(free)) + refill
@@ -188,9 +191,14 @@ class CeilingTurns:
         return None if turn is None else self.ceiling.turns[turn[0]].kind
 
     @property
+    def end(self) -> int:
+        """The delivery after the turns' last one."""
+        return self.start_after + self._planned
+
+    @property
     def done(self) -> bool:
         """Whether every turn has gone by."""
-        return self.step >= self.start_after + self._planned
+        return self.step >= self.end
 
     def hand_again(self, epoch: int, at: float) -> Any:
         """At a next() of `epoch` at clock time `at`: the batch handed to the loop again, its delivery counted, or
@@ -205,21 +213,33 @@ class CeilingTurns:
         """The batch to hand the loop at this next() instead of a new one, or None (the real loader's turn).
         Raises CeilingMeasured past the turns when the run stops there."""
         if self.stop_when_done and self.done:
-            logging.getLogger("loaderdoctor").warning(
-                "the ceiling is measured (%d data-free steps): the run ends here",
-                self.ceiling.data_free_steps,
-            )
-            raise ceiling_measured()
+            raise self.run_ends()
         turn = self._turn(self.step)
         if turn is None or self.ceiling.turns[turn[0]].kind != "data-free":
             return None
         return self._last_batch
 
+    def run_ends(self) -> CeilingMeasured:
+        """What ends the run once the turns are done (stop_when_done), said in the log."""
+        logging.getLogger("loaderdoctor").warning(
+            "the ceiling is measured (%d data-free steps): the run ends here", self.ceiling.data_free_steps
+        )
+        return ceiling_measured()
+
     def delivered(
-        self, epoch: int, batch: Any, wait_s: float, at: float, *, replayed: bool, epoch_ends: bool = False
+        self,
+        epoch: int,
+        batch: Any,
+        wait_s: float,
+        at: float,
+        *,
+        replayed: bool,
+        epoch_ends: bool = False,
+        timed: bool = True,
     ) -> None:
         """A batch reached the loop at `at` after `wait_s` in next(): a real one, or one handed again;
-        `epoch_ends` when it is the epoch's last, as the loader's length tells."""
+        `epoch_ends` when it is the epoch's last, as the loader's length tells. Not `timed`: it came in one go with
+        the one before it (a loader that fetches ahead, seen from the loop's hooks): no interval ends at it."""
         if self.check_schedules and self.step == self.start_after - 1:  # the last delivery before the turns
             self.check_schedules = False
             found = live_raising_schedule()
@@ -237,7 +257,7 @@ class CeilingTurns:
         if (edge or (measured is not None and epoch_ends)) and self.wait_for_device():
             at = self.clock()  # a measured span begins or ends here: its time holds the work queued so far
         self._ended_in_step = epoch_ends
-        if measured is not None and self._last_epoch == epoch and self._last_at is not None:
+        if timed and measured is not None and self._last_epoch == epoch and self._last_at is not None:
             turn = self.ceiling.turns[measured]
             turn.intervals += 1
             turn.seconds += at - self._last_at
@@ -316,12 +336,23 @@ def ceiling_steps(ceiling: Any) -> int | bool | None:
 
 
 def ceiling_turns(
-    steps: int | None, settings: Settings, *, stop_when_done: bool = False, check_schedules: bool = True
+    steps: int | None,
+    settings: Settings,
+    *,
+    stop_when_done: bool = False,
+    check_schedules: bool = True,
+    batches_per_delivery: int = 1,
 ) -> CeilingTurns:
     """The data-free turns of a loader with these settings: they start once the first epoch's workers have each
     delivered a batch and a few steady ones came, the same step on every rank of a job. `check_schedules`: look for
-    a schedule that raises past its planned steps as they begin (a trainer's callback looks at the trainer's own)."""
-    plan = turn_plan(steps, num_workers=settings.num_workers, prefetch_factor=settings.prefetch_factor)
+    a schedule that raises past its planned steps as they begin (a trainer's callback looks at the trainer's own).
+    `batches_per_delivery`: the loader's batches that make one delivery to the loop (see turn_plan)."""
+    plan = turn_plan(
+        steps,
+        num_workers=settings.num_workers,
+        prefetch_factor=settings.prefetch_factor,
+        batches_per_delivery=batches_per_delivery,
+    )
     start_after = max(1, settings.num_workers) + MIN_TURN_STEPS
     return CeilingTurns(plan, start_after, stop_when_done=stop_when_done, check_schedules=check_schedules)
 

@@ -11,8 +11,11 @@ saving a checkpoint: on_log, on_evaluate, on_save at their ends) is set aside: n
 
 With `ceiling=`, the data-free turns (tap/ceiling.py) go through accelerate's loader: its `base_dataloader`, which
 its __iter__ iterates each epoch, is a TurnsLoader for the training (watch/trainerceiling.py), the user's loader
-again at its end. The Trainer sets an epoch's number of batches from the loader's length before any callback is
-called: an epoch with data-free steps trains on as many fewer of its real batches (its last ones)."""
+again at its end; where accelerate dispatches the batches from the main process (an IterableDataset's loader on
+several processes), the turns follow the step hooks on every process (watch/dispatchceiling.py). The Trainer sets an
+epoch's number of batches from the loader's length before any callback is called: an epoch with data-free steps
+trains on as many fewer of its real batches (its last ones). In a distributed run the processes hand each other
+their ceilings as the training ends, and the main one's report has the job's (watch/rankceilings.py)."""
 
 from __future__ import annotations
 
@@ -25,9 +28,13 @@ from torch.utils.data import DataLoader
 from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.report import LoaderReport, Report
+from loaderdoctor.rules import order
+from loaderdoctor.rules.finding import Finding
 from loaderdoctor.watch.census import WorkerCensus
+from loaderdoctor.watch.dispatchceiling import DispatchedCeiling, dispatched_batches, dispatching_process
 from loaderdoctor.watch.hooked import HookedLoader, Moment
 from loaderdoctor.watch.progress import epoch_line
+from loaderdoctor.watch.rankceilings import job_ceiling_finding
 from loaderdoctor.watch.trainerceiling import TrainerCeiling, TurnsLoader, ceiling_option
 from loaderdoctor.watch.trainerhooks import check_callback_options, measuring, print_report
 
@@ -54,7 +61,7 @@ class _Training:
         self.aside_from: Moment | None = None  # since the last step's end hook, or the last time set aside
         self.broken = False
         self.finished = False
-        self.ceiling: TrainerCeiling | None = None  # the train loader's data-free turns (ceiling=...)
+        self.ceiling: TrainerCeiling | DispatchedCeiling | None = None  # the train loader's turns (ceiling=...)
         self.turned: tuple[Any, Any] | None = None  # (accelerate's loader, the DataLoader it held) while turned
 
     def restore(self) -> None:
@@ -102,6 +109,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         self.history = history
         self.reports: dict[str, LoaderReport] = {}
         self._run: _Training | None = None
+        self._ranks_met = False  # whether this train()'s processes handed each other their ceilings
 
     # The training
 
@@ -111,6 +119,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         self._stop_sampling()  # a train() before that raised: its run was left unfinished
         self.reports = {}
         self._run = None
+        self._ranks_met = False
         try:
             self._run = self._start(state, kwargs.get("train_dataloader"), kwargs.get("model"))
         except Exception as error:  # the training goes on unmeasured
@@ -124,6 +133,8 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         assert self._run is not None
         self._run.hooked.epoch_started()
         self._run.step_from = self._run.aside_from = None
+        if isinstance(self._run.ceiling, DispatchedCeiling):
+            self._run.ceiling.epoch_started()
 
     @_measuring
     def on_step_begin(
@@ -132,6 +143,8 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run = self._run
         assert run is not None
         run.step_from, run.batches = run.hooked.moment(), 0
+        if isinstance(run.ceiling, DispatchedCeiling):
+            run.ceiling.step_started(max(1, int(args.gradient_accumulation_steps)))
 
     @_measuring
     def on_substep_end(
@@ -151,6 +164,8 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run.hooked.batches_stepped(count - data_free, run.step_from, data_free=data_free)
         run.step_from = None
         run.aside_from = run.hooked.idle_since
+        if isinstance(run.ceiling, DispatchedCeiling):
+            run.ceiling.end_if_measured()  # ceiling_only: train() ends here, on every process
 
     @_measuring
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -171,7 +186,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run = self._run
         assert run is not None
         run.hooked.epoch_ended()
-        if run.ceiling is not None:
+        if isinstance(run.ceiling, TrainerCeiling):
             run.ceiling.epoch_ended()
         run.aside_from = None  # what follows until the next epoch's start is no epoch's
         progress = run.hooked.epoch_progress(_epochs(args), self.cost_per_hour)
@@ -199,10 +214,11 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
             return None
         census = WorkerCensus()
         name = f"{self.name or type(model).__name__}/train"
+        per_step = dispatched_batches(loader)  # accelerate's dispatcher: batches of `inner` in one of its own
         hooked = HookedLoader(
             name,
             [inner],
-            batches_per_epoch=length_or_none(inner),
+            batches_per_epoch=length_or_none(loader if per_step is not None else inner),
             workers=lambda: census.claim("train", [inner]),
             kind="huggingface",
         )
@@ -215,11 +231,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
                     stacklevel=3,
                 )
             else:
-                run.ceiling = TrainerCeiling(
-                    inner, self.ceiling, stop_when_done=self.ceiling_only, on_measured=self._finish
-                )
-                loader.base_dataloader = TurnsLoader(inner, run.ceiling)  # iterated by accelerate's __iter__
-                run.turned = (loader, inner)
+                run.ceiling = self._turns(run, loader, inner, per_step)
                 hooked.recorder.rec.ceiling = run.ceiling.turns.ceiling  # filled in as the turns go by
                 run.ceiling.turns.ceiling.kept_length = "the Hugging Face Trainer counted its epochs' batches first"
                 if run.main:
@@ -229,6 +241,23 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
                         "real batches (a diagnostic run; see the README)"
                     )
         return run
+
+    def _turns(self, run: _Training, loader: Any, inner: DataLoader, per_step: int | None) -> Any:
+        """The data-free turns of accelerate's `loader` over `inner`, installed: accelerate's __iter__ iterates a
+        TurnsLoader (a dispatcher does on its main process alone; every process follows its step hooks)."""
+        ceiling: TrainerCeiling | DispatchedCeiling
+        if per_step is None:
+            ceiling = TrainerCeiling(inner, self.ceiling, stop_when_done=self.ceiling_only, on_measured=self._finish)
+        else:
+            ceiling = DispatchedCeiling(
+                inner, self.ceiling, batches_per_step=per_step, stop_when_done=self.ceiling_only,
+                on_measured=self._finish,
+            )  # fmt: skip
+            if not dispatching_process(loader):
+                return ceiling
+        loader.base_dataloader = TurnsLoader(inner, ceiling)
+        run.turned = (loader, inner)
+        return ceiling
 
     def _set_aside(self) -> None:
         """The time since the last step's end (or the last time set aside) was the Trainer's own: not a wait."""
@@ -253,6 +282,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run = self._run
         if run is not None:
             run.restore()
+        job = self._meet_ranks()
         if run is None or run.finished:
             return
         if run.broken:  # what was recorded may be inconsistent: no diagnosis, only the sampler stopped
@@ -272,9 +302,22 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
             return
         if report is None:
             return
+        if job is not None and run.main:
+            report.findings = order([*report.findings, job])
         self.reports = {hooked.name: report}
         if run.main:
             print_report(Report(f"{hooked.name.rsplit('/', 1)[0]} (Hugging Face Trainer)", self.reports))
+
+    def _meet_ranks(self) -> Finding | None:
+        """With a ceiling asked for, once per train(), on every process of a distributed run (a collective, reached
+        at the same step by each: the training's end, or the turns' end with ceiling_only): the job's ceiling from
+        every process's, or None."""
+        if self.ceiling is False or self._ranks_met:
+            return None
+        self._ranks_met = True
+        run = self._run
+        ceiling = run.ceiling if run is not None and not run.broken else None
+        return job_ceiling_finding(ceiling.turns.ceiling if ceiling is not None else None)
 
 
 def _epochs(args: TrainingArguments) -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.loader.settings import LoaderSpec
@@ -65,9 +65,8 @@ class TrainerCeiling:
         """How many data-free batches the turns hand the loop, from the next delivery on, before `real` real ones
         have come (a trainer whose epoch has a fixed number of batches lengthens it by as many)."""
         turns = self.turns
-        end = turns.start_after + sum(turn.deliveries for turn in turns.ceiling.turns)
         step, free, left = turns.step, 0, real
-        while left > 0 and step < end:
+        while left > 0 and step < turns.end:
             if turns.kind_at(step) == "data-free":
                 free += 1
             else:
@@ -108,13 +107,20 @@ class _Flagged(TurnsIterator):
         return super().__getattr__(name)
 
 
+class EpochTurns(Protocol):
+    """What puts a loader's epochs through the turns: TrainerCeiling, or for accelerate's dispatcher
+    DispatchedCeiling (watch/dispatchceiling.py)."""
+
+    def iterator(self, inner: Iterator[Any]) -> Iterator[Any]: ...
+
+
 class TurnsLoader:
     """A trainer's train DataLoader seen through the ceiling's turns, put where the trainer takes its loader from:
     iter() gives the epoch's batches through the turns, len() the loader's (plus `extra`, the data-free batches
     of the epoch under way when the trainer counts an epoch's batches), and everything else reads through to the
     loader, its class too (isinstance(x, DataLoader) holds, as for accelerate's wrappers)."""
 
-    def __init__(self, loader: Any, ceiling: TrainerCeiling) -> None:
+    def __init__(self, loader: Any, ceiling: EpochTurns) -> None:
         self.loader = loader
         self.ceiling = ceiling
         self.extra = 0

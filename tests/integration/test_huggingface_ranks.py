@@ -1,0 +1,77 @@
+"""LoaderDoctorTrainerCallback(ceiling=...) on Hugging Face Trainers of two processes (torchrun, CPU, gloo; about
+10 s each): on a stream, which accelerate dispatches from rank 0, both ranks train on repeated batches at the same
+steps, a straggler rank included, each measures its ceiling, the real stream is the stream without the ceiling,
+and rank 0's report has the job's; on a map-style dataset (each rank its share) ceiling_only ends both ranks at
+once, with the job's ceiling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
+
+SCRIPT = Path(__file__).with_name("huggingface_ranks.py")
+
+
+def _launch(out: Path, *options: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """The two-rank training with `options`; its result and what each rank wrote."""
+    out.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(SCRIPT),
+         str(out), *options],
+        capture_output=True, text=True, env=env, timeout=200,
+    )  # fmt: skip
+    written = [
+        json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1) if (out / f"rank{rank}.json").exists()
+    ]
+    return result, written
+
+
+def _interleaved(ranks: list[dict]) -> list[list[int]]:
+    """The batches the ranks trained on, step by step, rank 0's first: the order rank 0 fetched them in."""
+    return [batch for step in zip(ranks[0]["seen"], ranks[1]["seen"], strict=True) for batch in step]
+
+
+def test_two_ranks_on_a_dispatched_stream_switch_together_and_give_the_jobs_ceiling(tmp_path):
+    plain_result, plain = _launch(tmp_path / "plain", "stream")
+    result, ranks = _launch(tmp_path / "ceiling", "stream", "--ceiling", "9", "--straggler")
+
+    assert plain_result.returncode == 0 and result.returncode == 0, result.stderr[-3000:]
+    for rank in ranks:  # 9 data-free steps of the 60, the same on both ranks, each rank's turns all measured
+        assert rank["data_free_steps"] == 9 and rank["complete"], rank
+        assert rank["batches"] == [60 - 9]  # the run's batches are the real ones
+        assert rank["speedup"] > 2  # 8 samples x 4 ms of loading per step against a linear model's step
+        assert len(rank["seen"]) == 60
+    # The data-free steps trained both ranks on the batch rank 0 fetched last; the real stream went on after them.
+    real, last = [], None
+    for batch in _interleaved(ranks):
+        if batch != last:
+            real.append(batch)
+        last = batch
+    assert len(real) == 2 * (60 - 9)
+    assert real == _interleaved(plain)[: len(real)]
+    job = ranks[0]["job"]
+    assert "job-ceiling" in ranks[0]["rules"] and "job-ceiling" not in ranks[1]["rules"]
+    assert job["ranks_measured"] == 2 and set(job["input_cost_by_rank"]) == {"0", "1"}
+    assert "job-ceiling" in result.stderr  # rank 0 printed its report
+
+
+def test_ceiling_only_ends_both_ranks_of_a_map_style_training_at_the_same_step(tmp_path):
+    result, ranks = _launch(tmp_path / "only", "indexed", "--ceiling", "9", "--only")
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(ranks) == 2 and [rank["ended"] for rank in ranks] == [0, 0]
+    assert len(ranks[0]["seen"]) == len(ranks[1]["seen"]) < 60  # ended once measured, at the same step
+    for rank in ranks:
+        assert rank["data_free_steps"] == 9 and rank["complete"], rank
+    assert ranks[0]["job"]["ranks_measured"] == 2
+    assert result.stderr.count("ranks (Hugging Face Trainer)") == 1  # rank 0 alone printed
