@@ -18,11 +18,14 @@ from torch.utils.data import DataLoader
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.report import LoaderReport, Report
+from loaderdoctor.rules import order
+from loaderdoctor.tap.ceiling import CeilingMeasured
 from loaderdoctor.trackers import METRIC_PREFIX, summarize
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
 from loaderdoctor.watch.lightningceiling import install_ceiling
 from loaderdoctor.watch.lightningstate import Fit, batch_count, dataloaders_of, facts_after_iter, moment
 from loaderdoctor.watch.progress import epoch_line
+from loaderdoctor.watch.rankceilings import job_ceiling_finding
 from loaderdoctor.watch.trainerceiling import ceiling_option
 from loaderdoctor.watch.trainerhooks import check_callback_options, measuring, print_report
 
@@ -107,11 +110,11 @@ class LoaderDoctorCallback(Callback):
         self._restore(trainer)  # before the trainer's teardown resets the loader's iterator
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._finish(trainer)
+        self._finish(trainer, together=True)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._failed(trainer, exception)
-        self._finish(trainer)
+        self._finish(trainer, together=isinstance(exception, CeilingMeasured))  # every rank ends at that step
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
@@ -347,10 +350,17 @@ class LoaderDoctorCallback(Callback):
         if waiting is not None:
             waiting.failed(exception)
 
-    def _finish(self, trainer: Trainer) -> None:
-        """Diagnose every loader's run; on rank 0 print the diagnosis on stderr and keep the runs. Never raises."""
+    def _finish(self, trainer: Trainer, *, together: bool = False) -> None:
+        """Diagnose every loader's run; on rank 0 print the diagnosis on stderr and keep the runs. Never raises.
+        `together`: every rank of the fit reaches this call at the same point (the fit's end, the ceiling's exit),
+        where, with a ceiling asked for, they hand each other their ceilings and rank 0 has the job's."""
         self._restore(trainer)
         fit = self._fit
+        ceiling = fit.ceiling if fit is not None and not fit.broken else None
+        turns = ceiling.ceiling.turns.ceiling if ceiling is not None else None
+        job = None
+        if together and self.ceiling is not False and (fit is None or not fit.finished):
+            job = job_ceiling_finding(turns)  # a collective: before any return
         if fit is None or fit.finished:
             return
         fit.finished = True
@@ -370,6 +380,8 @@ class LoaderDoctorCallback(Callback):
                 )
                 continue
             if report is not None:
+                if job is not None and fit.main and report.recording.ceiling is turns:
+                    report.findings = order([*report.findings, job])
                 reports[hooked.name] = report
         self.reports = reports
         if reports and fit.main:

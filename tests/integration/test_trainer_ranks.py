@@ -1,8 +1,8 @@
-"""LoaderDoctorTrainerCallback(ceiling=...) on Hugging Face Trainers of two processes (torchrun, CPU, gloo; about
-10 s each): on a stream, which accelerate dispatches from rank 0, both ranks train on repeated batches at the same
-steps, a straggler rank included, each measures its ceiling, the real stream is the stream without the ceiling,
-and rank 0's report has the job's; on a map-style dataset (each rank its share) ceiling_only ends both ranks at
-once, with the job's ceiling."""
+"""The trainer callbacks' ceiling=... on trainings of two processes (CPU, gloo; about 10 s each). Hugging Face under
+torchrun: on a stream, which accelerate dispatches from rank 0, both ranks train on repeated batches at the same
+steps, a straggler rank included, each measures its ceiling, the real stream is the stream without the ceiling, and
+rank 0's report has the job's; on a map-style dataset (each rank its share) ceiling_only ends both ranks at once,
+with the job's ceiling. Lightning's DDP fit: rank 0's report has the job's ceiling from both ranks'."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
 
 SCRIPT = Path(__file__).with_name("huggingface_ranks.py")
+LIGHTNING_SCRIPT = Path(__file__).with_name("lightning_ranks.py")
 
 
 def _launch(out: Path, *options: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -75,3 +76,21 @@ def test_ceiling_only_ends_both_ranks_of_a_map_style_training_at_the_same_step(t
         assert rank["data_free_steps"] == 9 and rank["complete"], rank
     assert ranks[0]["job"]["ranks_measured"] == 2
     assert result.stderr.count("ranks (Hugging Face Trainer)") == 1  # rank 0 alone printed
+
+
+@pytest.mark.parametrize("only", [False, True], ids=["fit", "ceiling_only"])
+def test_a_lightning_ddp_fit_gives_each_ranks_ceiling_and_the_jobs_on_rank_0(tmp_path, only):
+    pytest.importorskip("lightning")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, str(LIGHTNING_SCRIPT), str(tmp_path), *(["--only"] if only else [])],
+                            capture_output=True, text=True, env=env, timeout=200)  # fmt: skip
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for rank in ranks:
+        assert rank["data_free_steps"] == 9 and rank["complete"], rank
+        assert rank["ended"] == (0 if only else None)
+    assert ranks[0]["batches"] == ranks[1]["batches"] == (50 if not only else ranks[0]["batches"])
+    assert only == (ranks[0]["batches"] < 50)  # ceiling_only ended both ranks at the same step, before the end
+    assert "job-ceiling" in ranks[0]["rules"] and "job-ceiling" not in ranks[1]["rules"]
+    assert ranks[0]["job"]["ranks_measured"] == 2 and set(ranks[0]["job"]["input_cost_by_rank"]) == {"0", "1"}
