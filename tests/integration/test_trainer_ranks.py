@@ -1,8 +1,9 @@
 """The trainer callbacks' ceiling=... on trainings of two processes (CPU, gloo; about 10 s each). Hugging Face under
 torchrun: on a stream, which accelerate dispatches from rank 0, both ranks train on repeated batches at the same
 steps, a straggler rank included, each measures its ceiling, the real stream is the stream without the ceiling, and
-rank 0's report has the job's; on a map-style dataset (each rank its share) ceiling_only ends both ranks at once,
-with the job's ceiling. Lightning's DDP fit: rank 0's report has the job's ceiling from both ranks'."""
+rank 0's report has the job's, as `loaderdoctor run --ceiling` over the ranks gives them too; on a map-style
+dataset (each rank its share) ceiling_only ends both ranks at once, with the job's ceiling. Lightning's DDP fit:
+rank 0's report has the job's ceiling from both ranks'."""
 
 from __future__ import annotations
 
@@ -64,6 +65,36 @@ def test_two_ranks_on_a_dispatched_stream_switch_together_and_give_the_jobs_ceil
     assert "job-ceiling" in ranks[0]["rules"] and "job-ceiling" not in ranks[1]["rules"]
     assert job["ranks_measured"] == 2 and set(job["input_cost_by_rank"]) == {"0", "1"}
     assert "job-ceiling" in result.stderr  # rank 0 printed its report
+
+
+def test_run_ceiling_watches_a_dispatched_stream_on_both_ranks_and_keeps_each_ranks_stream_whole(tmp_path):
+    # Without the callback, `run --ceiling` over the ranks: accelerate's dispatcher is what each rank's loop
+    # iterates (rank 0 alone iterates the DataLoader), so each rank's watch hands its own last batch again at the
+    # same steps, no rank entering the dispatcher's broadcast then.
+    plain_result, plain = _launch(tmp_path / "plain", "stream")
+    out = tmp_path / "run"
+    out.mkdir()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "loaderdoctor", "run", "--no-history", "--ceiling", "9", "--json", str(out / "out.json"),
+         "--nproc-per-node", "2", str(SCRIPT), str(out), "stream"],
+        capture_output=True, text=True, env=env, timeout=200,
+    )  # fmt: skip
+
+    assert plain_result.returncode == 0 and result.returncode == 0, result.stderr[-3000:]
+    loaders = json.loads((out / "out.json").read_text())["loaders"]
+    names = sorted(loaders)
+    assert [name[-6:] for name in names] == ["/rank0", "/rank1"], names
+    for name in names:
+        measured = loaders[name]["measurements"]
+        assert measured["batches"] == 60 - 9, name  # the dispatcher's batches, one per step, on either rank
+        assert measured["ceiling"]["data_free_steps"] == 9 and measured["ceiling"]["complete"], name
+    assert "job-ceiling" in [finding["rule"] for finding in loaders[names[0]]["findings"]]
+    for rank in (0, 1):  # each rank's real stream is its stream without the ceiling
+        seen = json.loads((out / f"rank{rank}.json").read_text())["seen"]
+        real = [batch for n, batch in enumerate(seen) if n == 0 or batch != seen[n - 1]]
+        assert len(seen) == 60 and len(real) == 60 - 9
+        assert real == plain[rank]["seen"][: len(real)]
 
 
 def test_ceiling_only_ends_both_ranks_of_a_map_style_training_at_the_same_step(tmp_path):

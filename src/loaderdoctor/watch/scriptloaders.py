@@ -4,6 +4,12 @@ through a watch (guarded too, when asked), named by that place ("train.py:41", o
 made it for the user's line: "Trainer.get_train_dataloader (train.py:42)"; see watch/sites.py). Loaders made at
 one place are told apart by the order of their first iter() ("train.py:41#2"): no two watches share a name.
 
+Accelerate's DataLoaderDispatcher on several processes (an IterableDataset's loader) iterates its DataLoader on the
+main process alone and hands every process its slice of each batch: there the loop's batches are the
+dispatcher's, so its iter() is hooked too (once accelerate is imported), and its DataLoader is watched on every
+process through the dispatcher's epochs; the DataLoader's own iter() inside them is the watch's, opened first so
+that its workers start at the epoch's iter() as a DataLoader's do.
+
 The hooks sit on torch's class itself, not on the name torch.utils.data.DataLoader: loaders made by libraries
 that bound the class at import (Lightning re-making a loader for its DistributedSampler), subclasses, and code
 that checks type() or isinstance() all see torch's class as it is. Loaders that loaderdoctor makes for itself
@@ -73,6 +79,8 @@ class EveryLoader:
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
         self._init_hook: Callable[..., None] | None = None
         self._iter_hook: Callable[[Any], Iterator[Any]] | None = None
+        self._dispatch_hook: tuple[type, Callable[[Any], Iterator[Any]], Callable[[Any], Iterator[Any]]] | None = None
+        self._opened: dict[Any, Iterator[Any]] = {}  # a dispatcher's DataLoader -> torch's iterator opened for it
         self.active = False
 
     def install(self) -> None:
@@ -87,8 +95,12 @@ class EveryLoader:
             original_init(loader, *args, **kwargs)
             if every.active:
                 every._note_site(loader, sys._getframe(1))
+                if every._dispatch_hook is None and "accelerate.data_loader" in sys.modules:
+                    every._hook_dispatcher()
 
         def __iter__(loader: Any) -> Iterator[Any]:
+            if every._opened and (opened := _pop(every._opened, loader)) is not None:
+                return opened  # a dispatcher's iter() of its DataLoader, inside the watched dispatcher's epoch
             if not every.active or _is_own(sys._getframe(1).f_code.co_filename):
                 return original_iter(loader)  # loaderdoctor's own iteration: a watch or guard the script made
             try:
@@ -104,6 +116,40 @@ class EveryLoader:
         TorchDataLoader.__init__ = __init__  # type: ignore[method-assign]
         TorchDataLoader.__iter__ = __iter__  # type: ignore[method-assign]
         self.active = True
+        if "accelerate.data_loader" in sys.modules:
+            self._hook_dispatcher()
+
+    def _hook_dispatcher(self) -> None:
+        """Hook accelerate's DataLoaderDispatcher.__iter__ (see the module): on several processes, its DataLoader
+        is watched through the dispatcher's epochs; on one, the DataLoader's own iter() is (as any loader's)."""
+        dispatcher = getattr(sys.modules.get("accelerate.data_loader"), "DataLoaderDispatcher", None)
+        if dispatcher is None or "__iter__" not in dispatcher.__dict__:
+            return
+        original = dispatcher.__iter__
+        every = self
+
+        def __iter__(wrapper: Any) -> Iterator[Any]:
+            try:
+                several = every.active and int(wrapper.state.num_processes) > 1
+                loader = wrapper.base_dataloader
+                watched = every._watch_of(loader, dispatcher=(wrapper, original)) if several else None
+            except Exception as error:  # iterated as it would be unwatched
+                log.debug("loaderdoctor run: accelerate's dispatcher is not watched: %s", error)
+                watched = None
+            return original(wrapper) if watched is None else iter(watched)
+
+        __iter__.__wrapped__ = original  # type: ignore[attr-defined]
+        self._dispatch_hook = (dispatcher, original, __iter__)
+        dispatcher.__iter__ = __iter__  # type: ignore[method-assign]
+
+    def _dispatched_epoch(self, wrapper: Any, original: Callable[[Any], Iterator[Any]]) -> DispatchedEpoch:
+        """An epoch of accelerate's dispatcher `wrapper`, its DataLoader's iterator opened first (workers start now)
+        and handed to the dispatcher when it asks."""
+        loader = wrapper.base_dataloader
+        assert self._original_iter is not None
+        torch_iterator = self._original_iter(loader)
+        self._opened[loader] = torch_iterator
+        return DispatchedEpoch(original(wrapper), torch_iterator)
 
     def uninstall(self) -> None:
         """Put torch's methods back (unless another hook replaced ours since: then ours pass everything on)."""
@@ -114,6 +160,12 @@ class EveryLoader:
             TorchDataLoader.__init__ = self._original_init  # type: ignore[method-assign,assignment]
         if TorchDataLoader.__dict__.get("__iter__") is self._iter_hook:
             TorchDataLoader.__iter__ = self._original_iter  # type: ignore[method-assign,assignment]
+        if self._dispatch_hook is not None:
+            dispatcher, original, hook = self._dispatch_hook
+            if dispatcher.__dict__.get("__iter__") is hook:
+                dispatcher.__iter__ = original  # type: ignore[attr-defined]
+            self._dispatch_hook = None
+        self._opened = {}
 
     def _note_site(self, loader: Any, frame: Any) -> None:
         try:
@@ -125,8 +177,9 @@ class EveryLoader:
         except Exception as error:  # never fail the user's DataLoader(...)
             log.debug("loaderdoctor run: no site for a DataLoader: %s", error)
 
-    def _watch_of(self, loader: Any) -> WatchedLoader | None:
-        """The watch of `loader`, made at its first iter(); None for loaders left alone."""
+    def _watch_of(self, loader: Any, dispatcher: tuple[Any, Any] | None = None) -> WatchedLoader | None:
+        """The watch of `loader`, made at its first iter(); None for loaders left alone. With `dispatcher`
+        (accelerate's, and its original __iter__), its epochs are the dispatcher's."""
         watched = self._watched.get(loader)
         if watched is not None:
             return watched
@@ -148,7 +201,7 @@ class EveryLoader:
             if self.rank is not None:
                 name += f"/rank{self.rank}"
             try:
-                watched = self._make_watch(loader, name)
+                watched = self._make_watch(loader, name, dispatcher)
             except Exception as error:  # loaderdoctor's failure leaves the loader as it was, said once
                 log.warning("loaderdoctor run: %s is not watched: %s: %s", name, type(error).__name__, error)
                 del self._sites[loader]
@@ -157,11 +210,16 @@ class EveryLoader:
             self.watches.append(watched)
             return watched
 
-    def _make_watch(self, loader: Any, name: str) -> WatchedLoader:
+    def _make_watch(self, loader: Any, name: str, dispatcher: tuple[Any, Any] | None) -> WatchedLoader:
         """The watch of `loader` (the history is kept by the command, with what the ranks add)."""
-        original_iter = self._original_iter
+        original_iter: Callable[[Any], Any] | None = self._original_iter
         assert original_iter is not None
-        if self.guarded:
+        if dispatcher is not None:
+            wrapper, original = dispatcher
+            original_iter = lambda _loader: self._dispatched_epoch(wrapper, original)  # noqa: E731
+            if self.guarded:
+                log.warning("loaderdoctor run: %s is watched, not guarded: accelerate dispatches its batches", name)
+        elif self.guarded:
             try:
                 guarded = guard(loader, persistent_workers=loader.persistent_workers)
             except UsageError as error:  # a stream the guard cannot resume: watched as it is, said so
@@ -192,6 +250,33 @@ class EveryLoader:
         self.watches, self._watched = [], {}
         self._sites = weakref.WeakKeyDictionary()
         return runs
+
+
+class DispatchedEpoch:
+    """An epoch of accelerate's dispatcher as a watch takes it: the dispatcher's batches, and the attributes of
+    torch's iterator of the DataLoader under it (its workers: started, shut down, found dead)."""
+
+    def __init__(self, batches: Iterator[Any], torch_iterator: Iterator[Any]) -> None:
+        self.batches = batches
+        self.torch_iterator = torch_iterator
+
+    def __iter__(self) -> DispatchedEpoch:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.batches)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("batches", "torch_iterator"):
+            raise AttributeError(name)
+        return getattr(self.torch_iterator, name)
+
+
+def _pop(opened: dict[Any, Iterator[Any]], loader: Any) -> Iterator[Any] | None:
+    try:
+        return opened.pop(loader, None)
+    except TypeError:  # an unhashable loader: none was opened for it
+        return None
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 from recordings import make_recording
 from torch.utils.data import DataLoader
@@ -119,7 +120,7 @@ def test_rank_straggler_joins_the_straggling_ranks_loader_only_and_the_plan_rank
 def test_loaderdoctors_own_failure_leaves_the_loader_running_unwatched(monkeypatch, caplog):
     every = EveryLoader()
 
-    def broken(loader, name):
+    def broken(loader, name, dispatcher):
         raise RuntimeError("a bug of loaderdoctor's")
 
     monkeypatch.setattr(every, "_make_watch", broken)
@@ -153,3 +154,17 @@ def test_a_loader_the_guard_cannot_resume_is_watched_unguarded(caplog):
         runs = every.close()
     assert len(runs) == 1 and runs[0].report.recording.epochs[0].batches == 2
     assert "is watched, not guarded" in caplog.text
+
+
+def test_accelerates_dispatcher_is_hooked_while_installed_and_put_back_after():
+    accelerate = pytest.importorskip("accelerate.data_loader")
+    dispatcher = accelerate.DataLoaderDispatcher
+    original = dispatcher.__dict__["__iter__"]
+    every = EveryLoader()
+    every.install()
+    try:
+        assert dispatcher.__dict__["__iter__"] is not original
+        assert dispatcher.__iter__.__wrapped__ is original
+    finally:
+        every.close()
+    assert dispatcher.__dict__["__iter__"] is original
