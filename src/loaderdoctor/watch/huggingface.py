@@ -309,15 +309,16 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
             print_report(Report(f"{hooked.name.rsplit('/', 1)[0]} (Hugging Face Trainer)", self.reports))
 
     def _meet_ranks(self) -> Finding | None:
-        """With a ceiling asked for, once per train(), on every process of a distributed run (a collective, reached
-        at the same step by each: the training's end, or the turns' end with ceiling_only): the job's ceiling from
-        every process's, or None."""
+        """With a ceiling asked for, once per train() on every process of a distributed run (at the training's end,
+        or the turns' end with ceiling_only): this process's ceiling handed to the main one, which has the job's
+        from every process's (watch/rankceilings.py); None elsewhere."""
         if self.ceiling is False or self._ranks_met:
             return None
         self._ranks_met = True
         run = self._run
         ceiling = run.ceiling if run is not None and not run.broken else None
-        return job_ceiling_finding(ceiling.turns.ceiling if ceiling is not None else None)
+        turns = ceiling.turns.ceiling if ceiling is not None else None
+        return job_ceiling_finding(turns, main=run is not None and run.main)
 
 
 def _epochs(args: TrainingArguments) -> int | None:

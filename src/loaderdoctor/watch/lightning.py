@@ -352,15 +352,15 @@ class LoaderDoctorCallback(Callback):
 
     def _finish(self, trainer: Trainer, *, together: bool = False) -> None:
         """Diagnose every loader's run; on rank 0 print the diagnosis on stderr and keep the runs. Never raises.
-        `together`: every rank of the fit reaches this call at the same point (the fit's end, the ceiling's exit),
-        where, with a ceiling asked for, they hand each other their ceilings and rank 0 has the job's."""
+        `together`: every rank of the fit reaches this call (the fit's end, the ceiling's exit), where, with a
+        ceiling asked for, each hands rank 0 its ceiling and rank 0 has the job's (watch/rankceilings.py)."""
         self._restore(trainer)
         fit = self._fit
         ceiling = fit.ceiling if fit is not None and not fit.broken else None
         turns = ceiling.ceiling.turns.ceiling if ceiling is not None else None
         job = None
         if together and self.ceiling is not False and (fit is None or not fit.finished):
-            job = job_ceiling_finding(turns)  # a collective: before any return
+            job = job_ceiling_finding(turns, main=fit is not None and fit.main)
         if fit is None or fit.finished:
             return
         fit.finished = True

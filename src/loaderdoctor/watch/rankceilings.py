@@ -1,41 +1,88 @@
-"""The job's ceiling under a trainer's own launcher (torchrun, accelerate launch): as the training ends every process
-hands its ceiling to the others through the process group the trainer made, and the main one judges the job from
-them (rules/ceiling.py's job_ceiling), as `run` does for the ranks it launches."""
+"""The job's ceiling under a trainer's own launcher (torchrun, accelerate launch, Lightning's DDP): as the training
+ends every process puts its ceiling in the job's key-value store (the one torch.distributed's process group was made
+with), and the main one reads the others' there, waiting a bounded time, and judges the job from them
+(rules/ceiling.py's job_ceiling), as `run` does for the ranks it launches. No collective: a rank that does not hand
+its ceiling (no callback with a ceiling there, or one that failed) costs the main one WAIT_S, said in a warning,
+never a hang."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import json
 import warnings
+from datetime import timedelta
 from typing import Any
 
 from loaderdoctor.errors import LoaderDoctorWarning
+from loaderdoctor.plain.data import dataclass_from_dict
 from loaderdoctor.rules.ceiling import job_ceiling
 from loaderdoctor.rules.finding import Finding
 from loaderdoctor.tap.ceiling import Ceiling
 
+WAIT_S = 60.0  # the longest the main process waits for the other ranks' ceilings, in all
+MAX_BYTES = 1 << 20  # a ceiling read from the store larger than this is refused
+_trainings = itertools.count()  # this process's trainings so far: each rank counts its own the same way
 
-def ranks_ceilings(ceiling: Ceiling | None) -> dict[int, Ceiling] | None:
-    """Every rank's ceiling by rank (this one's `ceiling` among them; a rank that measured none is left out), None
-    outside a distributed run of two processes or more, or when they could not be gathered (a warning says why). A
-    collective: every process of the job calls it at the same point of its training."""
+
+def ranks_ceilings(ceiling: Ceiling | None, *, main: bool, wait_s: float = WAIT_S) -> dict[int, Ceiling] | None:
+    """On the main process, every rank's ceiling by rank, this one's `ceiling` among them (a rank that measured
+    none, or handed none within `wait_s`, is left out: a warning says which); on the others, None once theirs is
+    handed. None outside a distributed run of two processes or more."""
     try:
         import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _get_default_store
 
         if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
             return None
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, ceiling)
+        store, rank, world = _get_default_store(), dist.get_rank(), dist.get_world_size()
+        prefix = f"loaderdoctor/ceiling/{next(_trainings)}"
+        data = dataclasses.asdict(ceiling) if ceiling is not None else None
+        store.set(f"{prefix}/{rank}", json.dumps(data))
+        if not main:
+            return None
+        ceilings = {rank: ceiling} if ceiling is not None else {}
+        missing = _gather(store, prefix, [r for r in range(world) if r != rank], wait_s, ceilings)
     except Exception as error:  # the job's figure is not worth the training run's end
-        warnings.warn(
-            f"loaderdoctor could not gather the ranks' ceilings: {type(error).__name__}: {error}",
-            LoaderDoctorWarning,
-            stacklevel=2,
-        )
+        _warn(f"could not gather the ranks' ceilings: {type(error).__name__}: {error}")
         return None
-    return {rank: c for rank, c in enumerate(gathered) if isinstance(c, Ceiling)}
+    if missing:
+        _warn(f"no ceiling from rank {', '.join(map(str, missing))} within {wait_s:.0f} s (no callback with a "
+              "ceiling there?): the job's ceiling is left out")  # fmt: skip
+        return None
+    return ceilings
 
 
-def job_ceiling_finding(ceiling: Ceiling | None) -> Finding | None:
-    """The job's ceiling (job-ceiling) from every rank's, gathered (see ranks_ceilings: a collective); None on a
-    single process or with fewer than two ranks measured."""
-    ceilings = ranks_ceilings(ceiling)
+def job_ceiling_finding(ceiling: Ceiling | None, *, main: bool) -> Finding | None:
+    """The job's ceiling (job-ceiling) from every rank's, handed through the job's store (see ranks_ceilings), on the
+    main process; None elsewhere, on a single process, or with fewer than two ranks measured."""
+    ceilings = ranks_ceilings(ceiling, main=main)
     return job_ceiling(ceilings) if ceilings else None
+
+
+def _gather(store: Any, prefix: str, ranks: list[int], wait_s: float, into: dict[int, Ceiling]) -> list[int]:
+    """The ceilings of `ranks` read from the store into `into` (each key deleted once read), waiting `wait_s` in
+    all; the ranks whose key did not come."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    missing = []
+    for rank in ranks:
+        key = f"{prefix}/{rank}"
+        try:
+            store.wait([key], timedelta(seconds=max(0.01, deadline - time.monotonic())))
+        except Exception:  # the store's timeout (its error class differs between torch versions)
+            missing.append(rank)
+            continue
+        raw = store.get(key)
+        store.delete_key(key)
+        if len(raw) > MAX_BYTES:
+            raise ValueError(f"rank {rank}'s ceiling is {len(raw)} bytes, more than {MAX_BYTES}")
+        data = json.loads(raw)
+        if data is not None:
+            into[rank] = dataclass_from_dict(Ceiling, data)
+    return missing
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"loaderdoctor {message}", LoaderDoctorWarning, stacklevel=3)
