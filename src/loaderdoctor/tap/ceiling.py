@@ -213,33 +213,21 @@ class CeilingTurns:
         """The batch to hand the loop at this next() instead of a new one, or None (the real loader's turn).
         Raises CeilingMeasured past the turns when the run stops there."""
         if self.stop_when_done and self.done:
-            raise self.run_ends()
+            logging.getLogger("loaderdoctor").warning(
+                "the ceiling is measured (%d data-free steps): the run ends here",
+                self.ceiling.data_free_steps,
+            )
+            raise ceiling_measured()
         turn = self._turn(self.step)
         if turn is None or self.ceiling.turns[turn[0]].kind != "data-free":
             return None
         return self._last_batch
 
-    def run_ends(self) -> CeilingMeasured:
-        """What ends the run once the turns are done (stop_when_done), said in the log."""
-        logging.getLogger("loaderdoctor").warning(
-            "the ceiling is measured (%d data-free steps): the run ends here", self.ceiling.data_free_steps
-        )
-        return ceiling_measured()
-
     def delivered(
-        self,
-        epoch: int,
-        batch: Any,
-        wait_s: float,
-        at: float,
-        *,
-        replayed: bool,
-        epoch_ends: bool = False,
-        timed: bool = True,
+        self, epoch: int, batch: Any, wait_s: float, at: float, *, replayed: bool, epoch_ends: bool = False
     ) -> None:
         """A batch reached the loop at `at` after `wait_s` in next(): a real one, or one handed again;
-        `epoch_ends` when it is the epoch's last, as the loader's length tells. Not `timed`: it came in one go with
-        the one before it (a loader that fetches ahead, seen from the loop's hooks): no interval ends at it."""
+        `epoch_ends` when it is the epoch's last, as the loader's length tells."""
         if self.check_schedules and self.step == self.start_after - 1:  # the last delivery before the turns
             self.check_schedules = False
             found = live_raising_schedule()
@@ -257,7 +245,7 @@ class CeilingTurns:
         if (edge or (measured is not None and epoch_ends)) and self.wait_for_device():
             at = self.clock()  # a measured span begins or ends here: its time holds the work queued so far
         self._ended_in_step = epoch_ends
-        if timed and measured is not None and self._last_epoch == epoch and self._last_at is not None:
+        if measured is not None and self._last_epoch == epoch and self._last_at is not None:
             turn = self.ceiling.turns[measured]
             turn.intervals += 1
             turn.seconds += at - self._last_at

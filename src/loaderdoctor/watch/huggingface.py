@@ -11,8 +11,8 @@ saving a checkpoint: on_log, on_evaluate, on_save at their ends) is set aside: n
 
 With `ceiling=`, the data-free turns (tap/ceiling.py) go through accelerate's loader: its `base_dataloader`, which
 its __iter__ iterates each epoch, is a TurnsLoader for the training (watch/trainerceiling.py), the user's loader
-again at its end; where accelerate dispatches the batches from the main process (an IterableDataset's loader on
-several processes), the turns follow the step hooks on every process (watch/dispatchceiling.py). The Trainer sets an
+again at its end; where accelerate dispatches the batches from the main process (an IterableDataset's loader),
+the dispatcher's own epochs go through the turns, on every process (watch/dispatchceiling.py). The Trainer sets an
 epoch's number of batches from the loader's length before any callback is called: an epoch with data-free steps
 trains on as many fewer of its real batches (its last ones). In a distributed run the processes hand each other
 their ceilings as the training ends, and the main one's report has the job's (watch/rankceilings.py)."""
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -31,7 +32,7 @@ from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.rules import order
 from loaderdoctor.rules.finding import Finding
 from loaderdoctor.watch.census import WorkerCensus
-from loaderdoctor.watch.dispatchceiling import DispatchedCeiling, dispatched_batches, dispatching_process
+from loaderdoctor.watch.dispatchceiling import DispatcherTurns, dispatched_batches
 from loaderdoctor.watch.hooked import HookedLoader, Moment
 from loaderdoctor.watch.progress import epoch_line
 from loaderdoctor.watch.rankceilings import job_ceiling_finding
@@ -61,15 +62,14 @@ class _Training:
         self.aside_from: Moment | None = None  # since the last step's end hook, or the last time set aside
         self.broken = False
         self.finished = False
-        self.ceiling: TrainerCeiling | DispatchedCeiling | None = None  # the train loader's turns (ceiling=...)
-        self.turned: tuple[Any, Any] | None = None  # (accelerate's loader, the DataLoader it held) while turned
+        self.ceiling: TrainerCeiling | None = None  # the train loader's data-free turns (ceiling=...)
+        self.undo: Callable[[], None] | None = None  # puts accelerate's loader back as it was, while turned
 
     def restore(self) -> None:
-        """Accelerate's loader holds the DataLoader it wrapped again (its turns done or not)."""
-        if self.turned is not None:
-            wrapper, loader = self.turned
-            self.turned = None
-            wrapper.base_dataloader = loader
+        """Accelerate's loader iterates as it did (its turns done or not)."""
+        if self.undo is not None:
+            undo, self.undo = self.undo, None
+            undo()
 
 
 class LoaderDoctorTrainerCallback(TrainerCallback):
@@ -133,8 +133,6 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         assert self._run is not None
         self._run.hooked.epoch_started()
         self._run.step_from = self._run.aside_from = None
-        if isinstance(self._run.ceiling, DispatchedCeiling):
-            self._run.ceiling.epoch_started()
 
     @_measuring
     def on_step_begin(
@@ -143,8 +141,6 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run = self._run
         assert run is not None
         run.step_from, run.batches = run.hooked.moment(), 0
-        if isinstance(run.ceiling, DispatchedCeiling):
-            run.ceiling.step_started(max(1, int(args.gradient_accumulation_steps)))
 
     @_measuring
     def on_substep_end(
@@ -164,8 +160,6 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run.hooked.batches_stepped(count - data_free, run.step_from, data_free=data_free)
         run.step_from = None
         run.aside_from = run.hooked.idle_since
-        if isinstance(run.ceiling, DispatchedCeiling):
-            run.ceiling.end_if_measured()  # ceiling_only: train() ends here, on every process
 
     @_measuring
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -186,7 +180,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run = self._run
         assert run is not None
         run.hooked.epoch_ended()
-        if isinstance(run.ceiling, TrainerCeiling):
+        if run.ceiling is not None:
             run.ceiling.epoch_ended()
         run.aside_from = None  # what follows until the next epoch's start is no epoch's
         progress = run.hooked.epoch_progress(_epochs(args), self.cost_per_hour)
@@ -242,21 +236,16 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
                     )
         return run
 
-    def _turns(self, run: _Training, loader: Any, inner: DataLoader, per_step: int | None) -> Any:
+    def _turns(self, run: _Training, loader: Any, inner: DataLoader, per_step: int | None) -> TrainerCeiling:
         """The data-free turns of accelerate's `loader` over `inner`, installed: accelerate's __iter__ iterates a
-        TurnsLoader (a dispatcher does on its main process alone; every process follows its step hooks)."""
-        ceiling: TrainerCeiling | DispatchedCeiling
+        TurnsLoader; a dispatcher's own epochs go through the turns instead (watch/dispatchceiling.py)."""
+        ceiling = TrainerCeiling(inner, self.ceiling, stop_when_done=self.ceiling_only, on_measured=self._finish,
+                                 batches_per_delivery=per_step or 1)  # fmt: skip
         if per_step is None:
-            ceiling = TrainerCeiling(inner, self.ceiling, stop_when_done=self.ceiling_only, on_measured=self._finish)
+            loader.base_dataloader = TurnsLoader(inner, ceiling)
+            run.undo = lambda: setattr(loader, "base_dataloader", inner)
         else:
-            ceiling = DispatchedCeiling(
-                inner, self.ceiling, batches_per_step=per_step, stop_when_done=self.ceiling_only,
-                on_measured=self._finish,
-            )  # fmt: skip
-            if not dispatching_process(loader):
-                return ceiling
-        loader.base_dataloader = TurnsLoader(inner, ceiling)
-        run.turned = (loader, inner)
+            run.undo = DispatcherTurns(loader, ceiling).restore
         return ceiling
 
     def _set_aside(self) -> None:

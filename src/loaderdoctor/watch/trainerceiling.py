@@ -4,13 +4,15 @@ batches they step on were handed again, so that those steps are set aside from t
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.loader.settings import LoaderSpec
 from loaderdoctor.tap.ceiling import CeilingMeasured, CeilingTurns, TurnsIterator, ceiling_steps, ceiling_turns
+from loaderdoctor.tap.iterator import shutdown
 
 
 def ceiling_option(ceiling: Any, ceiling_only: Any) -> int | bool | None:
@@ -27,13 +29,27 @@ def ceiling_option(ceiling: Any, ceiling_only: Any) -> int | bool | None:
 class TrainerCeiling:
     """The turns of one trainer's train loader, kept across its epochs, and which of the batches delivered and not
     yet stepped on were data-free (a trainer may fetch ahead of its step hooks). `on_measured` is called once the
-    turns end the run (ceiling_only), before CeilingMeasured goes up through the trainer."""
+    turns end the run (ceiling_only), before CeilingMeasured goes up through the trainer. `batches_per_delivery`:
+    the loader's batches in one batch the trainer gets (accelerate's dispatcher concatenates one per process)."""
 
     def __init__(
-        self, loader: Any, steps: int | None, *, stop_when_done: bool, on_measured: Callable[[], None] | None = None
+        self,
+        loader: Any,
+        steps: int | None,
+        *,
+        stop_when_done: bool,
+        on_measured: Callable[[], None] | None = None,
+        batches_per_delivery: int = 1,
     ) -> None:
         settings = LoaderSpec.from_loader(loader).settings
-        self.turns: CeilingTurns = ceiling_turns(steps, settings, stop_when_done=stop_when_done, check_schedules=False)
+        self.loader = loader
+        self.turns: CeilingTurns = ceiling_turns(
+            steps,
+            settings,
+            stop_when_done=stop_when_done,
+            check_schedules=False,
+            batches_per_delivery=batches_per_delivery,
+        )
         self.on_measured = on_measured
         self.pending: deque[bool] = deque()  # per batch delivered and not yet stepped on: whether data-free
         self.epoch = -1
@@ -92,9 +108,12 @@ class _Flagged(TurnsIterator):
         try:
             batch = super().__next__()
         except CeilingMeasured:
-            shutdown = getattr(self.inner, "_shutdown_workers", None)
-            if callable(shutdown):
-                shutdown()  # the run ends here: its workers with it
+            loader = self.owner.loader  # the run ends here: its workers with it
+            if inspect.isgenerator(self.inner):  # accelerate's dispatcher's epoch, which holds the loader's iterator
+                self.inner.close()
+                shutdown(loader, getattr(loader, "_iterator", None))  # persistent workers outlive the epoch
+            else:
+                shutdown(loader, self.inner)
             if self.owner.on_measured is not None:
                 self.owner.on_measured()
             raise
@@ -107,20 +126,13 @@ class _Flagged(TurnsIterator):
         return super().__getattr__(name)
 
 
-class EpochTurns(Protocol):
-    """What puts a loader's epochs through the turns: TrainerCeiling, or for accelerate's dispatcher
-    DispatchedCeiling (watch/dispatchceiling.py)."""
-
-    def iterator(self, inner: Iterator[Any]) -> Iterator[Any]: ...
-
-
 class TurnsLoader:
     """A trainer's train DataLoader seen through the ceiling's turns, put where the trainer takes its loader from:
     iter() gives the epoch's batches through the turns, len() the loader's (plus `extra`, the data-free batches
     of the epoch under way when the trainer counts an epoch's batches), and everything else reads through to the
     loader, its class too (isinstance(x, DataLoader) holds, as for accelerate's wrappers)."""
 
-    def __init__(self, loader: Any, ceiling: EpochTurns) -> None:
+    def __init__(self, loader: Any, ceiling: TrainerCeiling) -> None:
         self.loader = loader
         self.ceiling = ceiling
         self.extra = 0
