@@ -10,6 +10,7 @@ since: then it passes everything through)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,7 +33,8 @@ def dispatched_batches(loader: Any) -> int | None:
 
 class DispatcherTurns:
     """The hook on the class of the dispatcher `wrapper` (where its __iter__ is defined) that puts `wrapper`'s
-    epochs through `ceiling`'s turns, installed until restore()."""
+    epochs through `ceiling`'s turns, installed until restore(), or until `wrapper` is gone (a train() that raised,
+    whose callback was never told of its end)."""
 
     def __init__(self, wrapper: Any, ceiling: TrainerCeiling) -> None:
         owner = next(cls for cls in type(wrapper).__mro__ if "__iter__" in cls.__dict__)
@@ -41,15 +43,16 @@ class DispatcherTurns:
 
         def __iter__(loader: Any) -> Iterator[Any]:
             batches = original(loader)
-            return ceiling.iterator(batches) if turns.wrapper is not None and loader is turns.wrapper else batches
+            return ceiling.iterator(batches) if loader is turns.wrapper() else batches
 
         __iter__.__wrapped__ = original  # type: ignore[attr-defined]
-        self.wrapper: Any = wrapper
+        self.wrapper: Callable[[], Any] = weakref.ref(wrapper)
         self.owner, self.original, self.hook = owner, original, __iter__
         owner.__iter__ = __iter__  # type: ignore[method-assign]
+        weakref.finalize(wrapper, self.restore)
 
     def restore(self) -> None:
         """The dispatcher's class as it was (a hook replaced since stays, and passes everything through)."""
-        self.wrapper = None
+        self.wrapper = lambda: None
         if self.owner.__dict__.get("__iter__") is self.hook:
             self.owner.__iter__ = self.original  # type: ignore[method-assign]

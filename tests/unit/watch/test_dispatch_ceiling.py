@@ -1,9 +1,12 @@
 """DispatcherTurns on a stand-in for accelerate's DataLoaderDispatcher (a class whose __iter__ is a generator of the
 batches it would broadcast): while installed, the chosen dispatcher's epochs go through the turns, each data-free
 step handed without asking the dispatcher, and the real stream goes on after; any other dispatcher of the class
-iterates as before; restore() puts the class back, and leaves a hook installed since in place."""
+iterates as before; restore() puts the class back, and leaves a hook installed since in place; the hook goes with
+the dispatcher when nothing restored it."""
 
 from __future__ import annotations
+
+import gc
 
 from torch.utils.data import DataLoader
 
@@ -70,3 +73,12 @@ def test_a_hook_installed_since_stays_and_passes_everything_through():
         assert list(chosen)[:12] == list(range(12))  # ours passes everything through once restored
     finally:
         Dispatcher.__iter__ = turns.original
+
+
+def test_the_hook_goes_with_the_dispatcher_when_nothing_restored_it():
+    chosen = Dispatcher()
+    turns = DispatcherTurns(chosen, _ceiling())
+    assert Dispatcher.__dict__["__iter__"] is turns.hook
+    del chosen  # a train() that raised: its callback never restored the hook
+    gc.collect()
+    assert Dispatcher.__dict__["__iter__"] is turns.original
