@@ -11,8 +11,8 @@ the Trainer's DDP. For each mode, `rounds` times:
     finding on rank 0's report (the job's batches/s with the input taken away, its real rate, the input's cost);
   - run: `loaderdoctor run --nproc-per-node 2 --ceiling` on the same Trainer without the callback: its job-ceiling;
   - plain: torchrun, the same model, optimizer and accelerate-prepared loader in a plain loop, in turns of 3 s
-    (real, cached, real, cached, real), the cached turns stepping on each rank's last batch without asking the
-    dispatcher; rank 0's clock decides the turn and an all_reduce tells rank 1, so both switch at the same step.
+    (rank_turns.py: real, cached, real, cached, real, the cached turns stepping on each rank's last batch without
+    asking the dispatcher, both ranks switching at the same step).
 The table gives each round's ceilings and their ratio to the plain one, and the input's cost from each (points
 apart). It measures and prints; it asserts nothing.
 """
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from rank_turns import BENCHMARKS
 
 MODES = {"starved": 0.004, "compute-bound": 0.0002}  # the read of one sample, seconds
 
@@ -70,8 +72,7 @@ if HOW in ("callback", "train"):
         (job,) = [f for f in report.findings if f.rule == "job-ceiling"]
         with open(OUT + "/callback.json", "w") as out:
             json.dump(job.evidence, out)
-else:  # plain turns: real, cached, real, cached, real; rank 0's clock decides, an all_reduce tells rank 1
-    import torch.distributed as dist
+else:  # plain turns (rank_turns.py)
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True)
@@ -84,29 +85,20 @@ else:  # plain turns: real, cached, real, cached, real; rank 0's clock decides, 
         optimizer.step()
         optimizer.zero_grad()
 
-    batches = iter(loader)
-    last = next(batches)
-    for _ in range(10):  # warm up
-        step(last)
-        last = next(batches)
-    rates = {0: [], 1: []}
-    for turn in range(5):
-        started, steps = time.perf_counter(), 0
-        while True:
-            go_on = torch.tensor([1.0 if time.perf_counter() - started < 3.0 else 0.0])
-            dist.all_reduce(go_on, op=dist.ReduceOp.MIN)
-            if go_on.item() == 0.0:
-                break
-            if turn % 2 == 0:
-                last = next(batches)
-            step(last)
-            steps += 1
-        rates[turn % 2].append(steps / (time.perf_counter() - started))
+    from rank_turns import turns
+
+    real, cached = turns(loader, step)
     if accelerator.is_main_process:
-        print("TURNS", sum(rates[0]) / len(rates[0]), sum(rates[1]) / len(rates[1]), flush=True)
+        print("TURNS", real, cached, flush=True)
 """
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONPATH": os.pathsep.join(filter(None, [BENCHMARKS, os.environ.get("PYTHONPATH")])),
+}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 

@@ -10,10 +10,9 @@ rank 1's loader) and `compute-bound` (both ranks' loaders fast: the input costs 
 For each mode, `rounds` times:
   - the tool: `loaderdoctor run --nproc-per-node 2 --ceiling --json F script.py`: the `job-ceiling` finding's
     ceiling (the job's batches/s with the input taken away), its real rate and the input's cost;
-  - the plain job, launched by torch's elastic launcher: both ranks in turns of 3 s (real, cached, real, cached,
-    real), the cached turns training on the last batch the rank's loader delivered; rank 0's clock decides the
-    turn and an all_reduce tells rank 1 at each step, so both switch at the same step; the job's rates are rank
-    0's steps over its time.
+  - the plain job, launched by torch's elastic launcher: both ranks in turns of 3 s (rank_turns.py: real, cached,
+    real, cached, real, the cached turns training on the last batch the rank's loader delivered, both ranks
+    switching at the same step); the job's rates are rank 0's steps over its time.
 The table gives each round's ceilings and their ratio tool / plain, and the input's cost from each (points
 apart). It measures and prints; it asserts nothing.
 """
@@ -28,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from rank_turns import BENCHMARKS
 
 MODES = {"straggler": (0.0005, 0.004), "compute-bound": (0.0005, 0.0005)}  # each rank's read per sample, seconds
 
@@ -69,27 +70,11 @@ def step(batch):
 if MODE == "train":
     for batch in loader:
         step(batch)
-else:  # turns: real, cached, real, cached, real; rank 0's clock decides, an all_reduce tells rank 1
-    batches = iter(loader)
-    last = next(batches)
-    for _ in range(10):  # warm up
-        step(last)
-        last = next(batches)
-    rates = {0: [], 1: []}
-    for turn in range(5):
-        started, steps = time.perf_counter(), 0
-        while True:
-            go_on = torch.tensor([1.0 if time.perf_counter() - started < 3.0 else 0.0])
-            dist.all_reduce(go_on, op=dist.ReduceOp.MIN)
-            if go_on.item() == 0.0:
-                break
-            if turn % 2 == 0:
-                last = next(batches)
-            step(last)
-            steps += 1
-        rates[turn % 2].append(steps / (time.perf_counter() - started))
+else:  # turns (rank_turns.py)
+    from rank_turns import turns
+
+    real, cached = turns(loader, step)
     if rank == 0:
-        real, cached = sum(rates[0]) / len(rates[0]), sum(rates[1]) / len(rates[1])
         print("TURNS", real, cached, flush=True)
 dist.destroy_process_group()
 """
@@ -113,7 +98,8 @@ def _plain(script: Path, mode: str) -> tuple[float, float]:
     reads = [str(r) for r in MODES[mode]]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
                *reads, "turns"]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [BENCHMARKS, os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True, env=env)
     line = next(line for line in result.stdout.splitlines() if line.startswith("TURNS"))
     real, cached = (float(v) for v in line.split()[1:])
     return real, cached
