@@ -8,14 +8,15 @@ the same steps, switch together. A turn's time is the loop's time from one deliv
 batch and the fetch of the one after), within one epoch's iterator. A real turn after a data-free one leaves out
 its first deliveries: the workers filled their prefetch queue while the loop trained on repeated batches, and
 those batches come at once; a data-free turn after a real one leaves out as many (at most half of it), while the
-workers, still filling their queue, take CPU from the step."""
+workers, still filling their queue, take CPU from the step. A loader the tap does not iterate goes through the same
+turns by way of tap/turnsiterator.py."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,62 +344,3 @@ def ceiling_turns(
     )
     start_after = max(1, settings.num_workers) + MIN_TURN_STEPS
     return CeilingTurns(plan, start_after, stop_when_done=stop_when_done, check_schedules=check_schedules)
-
-
-class TurnsIterator:
-    """An epoch's iterator of batches put through data-free turns, for a loop whose loader loaderdoctor does not
-    tap (a guarded loader's epochs, a trainer's loader under a callback): each next() either hands the loop the
-    batch it got last, as delivered, or takes the next real one from `inner`, timing its wait. `on_replayed` is
-    told of each data-free step (a watch sets it apart from the run's batches)."""
-
-    def __init__(
-        self,
-        inner: Iterator[Any],
-        turns: CeilingTurns,
-        epoch: int,
-        *,
-        on_replayed: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.inner = inner
-        self.turns = turns
-        self.epoch = epoch
-        self.on_replayed = on_replayed
-        self.clock = clock
-        self.delivered = 0  # real batches of this epoch
-        self.replayed = 0  # and data-free ones
-        try:
-            self.length: int | None = len(inner)  # type: ignore[arg-type]
-        except TypeError:
-            self.length = None
-
-    def __iter__(self) -> TurnsIterator:
-        return self
-
-    def __next__(self) -> Any:
-        turns = self.turns
-        if turns.epoch_over(self.delivered, self.replayed, self.length):
-            turns.left_epoch(self.clock())
-            raise StopIteration
-        again = turns.hand_again(self.epoch, self.clock())
-        if again is not None:
-            self.replayed += 1
-            if self.on_replayed is not None:
-                self.on_replayed()
-            return again
-        started = self.clock()
-        try:
-            batch = next(self.inner)
-        except StopIteration:
-            turns.left_epoch(started)
-            raise
-        at = self.clock()
-        self.delivered += 1
-        turns.delivered(self.epoch, batch, at - started, at, replayed=False, epoch_ends=self.delivered == self.length)
-        return batch
-
-    def __getattr__(self, name: str) -> Any:
-        own = ("inner", "turns", "epoch", "on_replayed", "clock", "delivered", "replayed", "length")
-        if name.startswith("__") or name in own:
-            raise AttributeError(name)
-        return getattr(self.inner, name)  # the inner iterator's own attributes (len, _workers, ...) read through

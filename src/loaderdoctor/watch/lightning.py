@@ -20,9 +20,9 @@ from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.rules import order
 from loaderdoctor.tap.ceiling import CeilingMeasured
-from loaderdoctor.trackers import METRIC_PREFIX, summarize
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
 from loaderdoctor.watch.lightningceiling import install_ceiling
+from loaderdoctor.watch.lightninglog import log_fit_figures, log_stretch
 from loaderdoctor.watch.lightningstate import Fit, batch_count, dataloaders_of, facts_after_iter, moment
 from loaderdoctor.watch.progress import epoch_line
 from loaderdoctor.watch.rankceilings import job_ceiling_finding
@@ -175,7 +175,8 @@ class LoaderDoctorCallback(Callback):
         fit.steps_since_log += 1
         if fit.steps_since_log >= fit.log_every:
             fit.steps_since_log = 0
-            self._log_metrics(trainer, "train", train)
+            if fit.main:
+                log_stretch(trainer, "train", train, self.cost_per_hour)
 
     @_measuring
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -265,7 +266,8 @@ class LoaderDoctorCallback(Callback):
         for key, hooked in fit.loaders.items():
             if key.startswith("val") and hooked.epoch >= 0:
                 hooked.epoch_ended()
-                self._log_metrics(trainer, key, hooked)
+                if fit.main:
+                    log_stretch(trainer, key, hooked, self.cost_per_hour)
 
     @_measuring
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -306,35 +308,6 @@ class LoaderDoctorCallback(Callback):
         )
         fit.loaders[key] = hooked
         return hooked
-
-    def _log_metrics(self, trainer: Trainer, key: str, hooked: HookedLoader) -> None:
-        """The loader's stretch since it was last logged, to every logger of the trainer (on rank 0)."""
-        fit = self._fit
-        stretch = hooked.stretch()
-        if fit is None or not fit.main or not trainer.loggers or not stretch.batches:
-            return
-        metrics: dict[str, float] = {}
-        if stretch.wait_fraction is not None:
-            metrics[f"{METRIC_PREFIX}{key}_wait_fraction"] = stretch.wait_fraction
-            if self.cost_per_hour is not None:
-                metrics[f"{METRIC_PREFIX}{key}_wait_cost_per_hour"] = self.cost_per_hour * stretch.wait_fraction
-        if stretch.batches_per_s is not None:
-            metrics[f"{METRIC_PREFIX}{key}_batches_per_s"] = stretch.batches_per_s
-        _to_loggers(trainer, metrics)
-
-    def _log_fit_figures(self, trainer: Trainer, reports: dict[str, LoaderReport]) -> None:
-        """At the fit's end, each loader's main figures over the whole fit, as --log-to logs a report's
-        (trackers/summary.py), to every logger of the trainer: loaderdoctor/train/batches_per_s, .../wait_fraction,
-        .../share_of_limit. Never raises."""
-        fit = self._fit
-        if fit is None or not trainer.loggers:
-            return
-        try:
-            by_key = {key: reports[hooked.name] for key, hooked in fit.loaders.items() if hooked.name in reports}
-            figures = summarize(Report(fit.base, by_key, "run")).figures
-            _to_loggers(trainer, {METRIC_PREFIX + key: value for key, value in figures.items()})
-        except Exception as error:
-            log.warning("loaderdoctor could not log the fit's figures: %s: %s", type(error).__name__, error)
 
     @_measuring
     def _failed(self, trainer: Trainer, exception: BaseException) -> None:
@@ -386,16 +359,9 @@ class LoaderDoctorCallback(Callback):
         self.reports = reports
         if reports and fit.main:
             print_report(Report(f"{fit.base} (Lightning fit)", reports))
-            self._log_fit_figures(trainer, reports)
+            log_fit_figures(trainer, fit.base, {key: h.name for key, h in fit.loaders.items()}, reports)
 
     def _restore(self, trainer: Trainer) -> None:
         """The fit's train loader as the user gave it, its turns done or not. Never raises."""
         if self._fit is not None and self._fit.ceiling is not None:
             self._fit.ceiling.restore(trainer)
-
-
-def _to_loggers(trainer: Trainer, metrics: dict[str, float]) -> None:
-    """`metrics` to every logger of the trainer, at its global step."""
-    if metrics:
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)

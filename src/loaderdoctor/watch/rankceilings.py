@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import time
 import warnings
 from datetime import timedelta
 from typing import Any
@@ -63,8 +64,6 @@ def job_ceiling_finding(ceiling: Ceiling | None, *, main: bool) -> Finding | Non
 def _gather(store: Any, prefix: str, ranks: list[int], wait_s: float, into: dict[int, Ceiling]) -> list[int]:
     """The ceilings of `ranks` read from the store into `into` (each key deleted once read), waiting `wait_s` in
     all; the ranks whose key did not come."""
-    import time
-
     deadline = time.monotonic() + wait_s
     missing = []
     for rank in ranks:

@@ -11,8 +11,9 @@ from typing import Any
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.loader.settings import LoaderSpec
-from loaderdoctor.tap.ceiling import CeilingMeasured, CeilingTurns, TurnsIterator, ceiling_steps, ceiling_turns
+from loaderdoctor.tap.ceiling import CeilingMeasured, CeilingTurns, ceiling_steps, ceiling_turns
 from loaderdoctor.tap.iterator import shutdown
+from loaderdoctor.tap.turnsiterator import TurnsIterator
 
 
 def ceiling_option(ceiling: Any, ceiling_only: Any) -> int | bool | None:

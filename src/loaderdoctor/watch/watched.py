@@ -17,8 +17,9 @@ from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.host.snapshot import HostSnapshot
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.report import LoaderReport
-from loaderdoctor.tap.ceiling import CeilingTurns, TurnsIterator, ceiling_steps, ceiling_turns
+from loaderdoctor.tap.ceiling import CeilingTurns, ceiling_steps, ceiling_turns
 from loaderdoctor.tap.iterator import BatchReplayed, Tap
+from loaderdoctor.tap.turnsiterator import TurnsIterator
 from loaderdoctor.watch.watchrun import WatchRun
 
 log = logging.getLogger("loaderdoctor")

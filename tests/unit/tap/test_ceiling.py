@@ -20,10 +20,10 @@ from loaderdoctor.tap.ceiling import (
     CeilingMeasured,
     CeilingTurns,
     Turn,
-    TurnsIterator,
     turn_plan,
 )
 from loaderdoctor.tap.iterator import BatchDelivered, BatchReplayed, Tap
+from loaderdoctor.tap.turnsiterator import TurnsIterator
 
 
 class FakeClock:
