@@ -14,8 +14,8 @@ its __iter__ iterates each epoch, is a TurnsLoader for the training (watch/train
 again at its end; where accelerate dispatches the batches from the main process (an IterableDataset's loader),
 the dispatcher's own epochs go through the turns, on every process (watch/dispatchceiling.py). The Trainer sets an
 epoch's number of batches from the loader's length before any callback is called: an epoch with data-free steps
-trains on as many fewer of its real batches (its last ones). In a distributed run the processes hand each other
-their ceilings as the training ends, and the main one's report has the job's (watch/rankceilings.py)."""
+trains on as many fewer of its real batches (its last ones). In a distributed run each process hands the main one
+its ceiling as the training ends, and the main one's report has the job's (watch/rankceilings.py)."""
 
 from __future__ import annotations
 
