@@ -8,25 +8,15 @@ rank<N>.json in the output folder, also when the fit ends by the ceiling's exit.
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from ranks_written import Slow, write_rank
+from torch.utils.data import DataLoader
 
 from loaderdoctor.lightning import LoaderDoctorCallback
-
-
-class Slow(Dataset):
-    def __len__(self) -> int:
-        return 400
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(0.004)
-        return torch.full((4,), float(index))
 
 
 class Model(pl.LightningModule):
@@ -57,17 +47,7 @@ def main() -> None:
         ended = exit.code
         raise
     finally:
-        report = callback.reports["ranks/train"]
-        ceiling = report.recording.ceiling
-        written = {
-            "ended": ended,
-            "batches": sum(epoch.batches for epoch in report.recording.epochs),
-            "data_free_steps": ceiling.data_free_steps if ceiling else None,
-            "complete": ceiling.complete if ceiling else None,
-            "rules": [finding.rule for finding in report.findings],
-            "job": {k: v for f in report.findings if f.rule == "job-ceiling" for k, v in f.evidence.items()},
-        }
-        (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(written))
+        write_rank(out / f"rank{trainer.global_rank}.json", callback.reports["ranks/train"], ended=ended)
 
 
 if __name__ == "__main__":

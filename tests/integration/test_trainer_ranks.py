@@ -3,7 +3,8 @@ torchrun: on a stream, which accelerate dispatches from rank 0, both ranks train
 steps without asking the dispatcher, a straggler rank included, each measures its ceiling, each rank's real stream
 is its stream without the ceiling, and rank 0's report has the job's, as `loaderdoctor run --ceiling` over the
 ranks gives them too; on a map-style dataset (each rank its share) ceiling_only ends both ranks at once, with the
-job's ceiling. Lightning's DDP fit: rank 0's report has the job's ceiling from both ranks'."""
+job's ceiling. Lightning's DDP fit: rank 0's report has the job's ceiling from both ranks'. A plain loop's watch()
+under torchrun: the same, its process group destroyed before the watch ends."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ pytestmark = [pytest.mark.workers, pytest.mark.timeout(240)]
 
 SCRIPT = Path(__file__).with_name("huggingface_ranks.py")
 LIGHTNING_SCRIPT = Path(__file__).with_name("lightning_ranks.py")
+WATCH_SCRIPT = Path(__file__).with_name("watch_ranks.py")
 
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -137,3 +139,18 @@ def test_a_lightning_ddp_fit_gives_each_ranks_ceiling_and_the_jobs_on_rank_0(tmp
     assert only == (ranks[0]["batches"] < 50)  # ceiling_only ended both ranks at the same step, before the end
     assert "job-ceiling" in ranks[0]["rules"] and "job-ceiling" not in ranks[1]["rules"]
     assert ranks[0]["job"]["ranks_measured"] == 2 and set(ranks[0]["job"]["input_cost_by_rank"]) == {"0", "1"}
+
+
+def test_a_watched_loop_on_two_ranks_gives_the_jobs_ceiling_on_rank_0_after_its_process_group_is_gone(tmp_path):
+    result = _started([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                       str(WATCH_SCRIPT), str(tmp_path)])  # fmt: skip
+
+    assert _ended_well(result), result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, written in enumerate(ranks):  # each rank's turns measured at the same steps (rank 1 the straggler)
+        assert written["data_free_steps"] == 9 and written["complete"], written
+        real = [batch for n, batch in enumerate(written["seen"]) if n == 0 or batch != written["seen"][n - 1]]
+        assert real == [[8 * k + 2 * n + rank for n in range(4)] for k in range(50)], rank  # DistributedSampler's
+    assert "job-ceiling" in ranks[0]["rules"] and "job-ceiling" not in ranks[1]["rules"]
+    assert ranks[0]["job"]["ranks_measured"] == 2 and set(ranks[0]["job"]["input_cost_by_rank"]) == {"0", "1"}
+    assert "no ceiling from rank" not in result.stderr

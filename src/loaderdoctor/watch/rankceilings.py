@@ -26,24 +26,44 @@ MAX_BYTES = 1 << 20  # a ceiling read from the store larger than this is refused
 _trainings = itertools.count()  # this process's trainings so far: each rank counts its own the same way
 
 
-def ranks_ceilings(ceiling: Ceiling | None, *, main: bool, wait_s: float = WAIT_S) -> dict[int, Ceiling] | None:
+@dataclasses.dataclass(frozen=True)
+class JobStore:
+    """The job's key-value store and this process's place in the job, as they were when taken: a watch takes them
+    as its loop begins, so that its ranks still meet at its end after the user's destroy_process_group()."""
+
+    store: Any
+    rank: int
+    world: int
+
+
+def job_store() -> JobStore | None:
+    """The job's store now, None outside a distributed run of two processes or more."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return None
+    return JobStore(_get_default_store(), dist.get_rank(), dist.get_world_size())
+
+
+def ranks_ceilings(
+    ceiling: Ceiling | None, *, main: bool, wait_s: float = WAIT_S, job: JobStore | None = None
+) -> dict[int, Ceiling] | None:
     """On the main process, every rank's ceiling by rank, this one's `ceiling` among them (a rank that measured
     none, or handed none within `wait_s`, is left out: a warning says which); on the others, None once theirs is
-    handed. None outside a distributed run of two processes or more."""
+    handed. None outside a distributed run of two processes or more. `job`: the store to meet in (default: the
+    job's now)."""
     try:
-        import torch.distributed as dist
-        from torch.distributed.distributed_c10d import _get_default_store
-
-        if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        job = job if job is not None else job_store()
+        if job is None:
             return None
-        store, rank, world = _get_default_store(), dist.get_rank(), dist.get_world_size()
         prefix = f"loaderdoctor/ceiling/{next(_trainings)}"
         data = dataclasses.asdict(ceiling) if ceiling is not None else None
-        store.set(f"{prefix}/{rank}", json.dumps(data))
+        job.store.set(f"{prefix}/{job.rank}", json.dumps(data))
         if not main:
             return None
-        ceilings = {rank: ceiling} if ceiling is not None else {}
-        missing = _gather(store, prefix, [r for r in range(world) if r != rank], wait_s, ceilings)
+        ceilings = {job.rank: ceiling} if ceiling is not None else {}
+        missing = _gather(job.store, prefix, [r for r in range(job.world) if r != job.rank], wait_s, ceilings)
     except Exception as error:  # the job's figure is not worth the training run's end
         _warn(f"could not gather the ranks' ceilings: {type(error).__name__}: {error}")
         return None
@@ -54,10 +74,10 @@ def ranks_ceilings(ceiling: Ceiling | None, *, main: bool, wait_s: float = WAIT_
     return ceilings
 
 
-def job_ceiling_finding(ceiling: Ceiling | None, *, main: bool) -> Finding | None:
+def job_ceiling_finding(ceiling: Ceiling | None, *, main: bool, job: JobStore | None = None) -> Finding | None:
     """The job's ceiling (job-ceiling) from every rank's, handed through the job's store (see ranks_ceilings), on the
     main process; None elsewhere, on a single process, or with fewer than two ranks measured."""
-    ceilings = ranks_ceilings(ceiling, main=main)
+    ceilings = ranks_ceilings(ceiling, main=main, job=job)
     return job_ceiling(ceilings) if ceilings else None
 
 

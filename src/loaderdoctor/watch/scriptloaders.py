@@ -234,6 +234,7 @@ class EveryLoader:
             log_diagnosis=False,
             ceiling=self.ceiling,
             ceiling_only=self.ceiling_only,
+            meet_ranks=False,  # the command has the job's ceiling from what each process wrote
         )
 
     def close(self) -> list[LoaderRun]:

@@ -45,7 +45,9 @@ def watch(
     close() (or the end of a `with` block, garbage collection, or the interpreter's exit, whichever comes first)
     runs check's rules on what was measured, logs the diagnosis, and saves the run in the history (unless
     `history` is False). `name` (default: the file and line of this call) is what runs are compared by; in a
-    distributed run each rank's is its own ("train/rank1").
+    distributed run each rank's is its own ("train/rank1"), and with a ceiling, at close() each rank hands its
+    ceiling to rank 0, whose diagnosis has the job's (job-ceiling): every rank must watch with a ceiling, and rank 0
+    waits for the others' at most a minute.
 
     `ceiling` (True, or a number of steps; off by default) measures what the loop runs at with its input taken
     away: after the first epoch's start-up, for that many steps in turns (DEFAULT_STEPS with True) the loop is
@@ -104,6 +106,7 @@ class WatchedLoader:
         log_diagnosis: bool = True,
         ceiling: bool | int = False,
         ceiling_only: bool = False,
+        meet_ranks: bool = True,
     ) -> None:
         _check_options(loader, name, epochs, cost_per_hour, log_every_s)
         steps = ceiling_steps(ceiling)
@@ -145,6 +148,8 @@ class WatchedLoader:
             if self._tap is not None:
                 self._tap.ceiling = self._turns
             self._run.recorder.rec.ceiling = self._turns.ceiling  # filled in as the turns go by
+            if meet_ranks:  # in a distributed run the ranks meet at the end, for the job's ceiling
+                self._run.ceiling = self._turns.ceiling
         self._finalizer = weakref.finalize(self, self._run.close)
 
     def __iter__(self) -> Iterator[Any]:

@@ -26,9 +26,12 @@ from loaderdoctor.recording.limit import limit_words
 from loaderdoctor.recording.rates import delivered_batches, training_rate
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import LoaderReport
-from loaderdoctor.rules import diagnose
+from loaderdoctor.rules import diagnose, order
+from loaderdoctor.rules.finding import Finding
+from loaderdoctor.tap.ceiling import Ceiling
 from loaderdoctor.tap.iterator import EpochEnded, Event, is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
+from loaderdoctor.watch.rankceilings import JobStore, job_ceiling_finding, job_store
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
 from loaderdoctor.workers.deaths import oom_kills, worker_death
 
@@ -85,11 +88,15 @@ class WatchRun:
         self.closed = False
         self.report: LoaderReport | None = None
         self.failed = False  # the recording broke: the loop goes on, unwatched
+        self.ceiling: Ceiling | None = None  # the ceiling's turns' figures, when asked for: the ranks meet at close()
+        self.job: JobStore | None = None  # in a distributed run with a ceiling, where the ranks meet
 
     def start(self) -> None:
         """At the first iter(): the sampler and the progress lines begin."""
         if not self.running:
             self.running = True
+            if self.ceiling is not None:
+                self.job = _job_store()
             self.sampler.start()
             self._ticker.start()
 
@@ -192,10 +199,14 @@ class WatchRun:
         self.sampler.stop()
         with contextlib.suppress(ValueError):
             self.listeners.remove(self.on_event)  # the tap (or guard) and this run held each other: now apart
+        job = None
+        if self.job is not None:  # every rank hands its ceiling, the main one has the job's (rankceilings.py)
+            measured = self.ceiling if not self.failed else None
+            job = job_ceiling_finding(measured, main=self.job.rank == 0, job=self.job)
         if self.failed or not self.running:
             return None
         try:
-            self.report = self._diagnose()
+            self.report = self._diagnose(job)
         except Exception as error:
             warnings.warn(
                 f"loaderdoctor watch '{self.name}' could not finish: {type(error).__name__}: {error}",
@@ -204,20 +215,50 @@ class WatchRun:
             )
         return self.report
 
-    def _diagnose(self) -> LoaderReport:
+    def _diagnose(self, job: Finding | None) -> LoaderReport:
         rec = self.recorder.finish(self.settings(), self.sampler)
         return finish_run(
-            "watch", self.name, rec, self.started_at, self.snapshot, history=self.history, log_it=self.log_diagnosis
+            "watch",
+            self.name,
+            rec,
+            self.started_at,
+            self.snapshot,
+            history=self.history,
+            log_it=self.log_diagnosis,
+            job=job,
         )
 
 
+def _job_store() -> JobStore | None:
+    """The job's store as the loop begins, or None (a single process, or one the watch could not place: a warning)."""
+    try:
+        return job_store()
+    except Exception as error:  # the job's figure is not worth the training run
+        warnings.warn(
+            f"loaderdoctor cannot meet the other ranks for the job's ceiling: {type(error).__name__}: {error}",
+            LoaderDoctorWarning,
+            stacklevel=3,
+        )
+        return None
+
+
 def finish_run(
-    kind: str, name: str, rec: Recording, started_at: str, snapshot: HostSnapshot, *, history: bool, log_it: bool = True
+    kind: str,
+    name: str,
+    rec: Recording,
+    started_at: str,
+    snapshot: HostSnapshot,
+    *,
+    history: bool,
+    log_it: bool = True,
+    job: Finding | None = None,
 ) -> LoaderReport:
-    """A watched run's end, for watch() and the Lightning callback alike: check's rules on its Recording, the
-    comparison with earlier runs of its name and the run kept in the history (with `history`), the diagnosis
-    logged (with `log_it`: the Lightning callback prints its report instead). The report."""
-    report = LoaderReport(name, rec, diagnose(rec))
+    """A watched run's end, for watch() and the Lightning callback alike: check's rules on its Recording (with
+    `job`, the job's finding from every rank's, among them), the comparison with earlier runs of its name and the run
+    kept in the history (with `history`), the diagnosis logged (with `log_it`: the Lightning callback prints its
+    report instead). The report."""
+    findings = diagnose(rec)
+    report = LoaderReport(name, rec, order([*findings, job]) if job is not None else findings)
     if history:
         keep_loader_run(kind, report, started_at, snapshot.to_dict())
     if log_it:

@@ -1,7 +1,7 @@
 """ranks_ceilings on a two-rank job simulated in one process (torch's HashStore standing for the job's store): the
 main process reads every rank's ceiling and has the job's; a rank that hands none costs a bounded wait and a
 warning, never a hang; a value too large or not a ceiling is refused with a warning; outside a distributed run
-nothing is asked."""
+nothing is asked; a store taken while the process group was up is met in after it is gone (watch())."""
 
 from __future__ import annotations
 
@@ -95,3 +95,14 @@ def test_a_ceiling_comes_back_as_it_was_handed(job, monkeypatch):
     monkeypatch.setattr(rankceilings, "_trainings", iter([5]))
     job.store.set("loaderdoctor/ceiling/5/1", json.dumps(dataclasses.asdict(handed)))
     assert _as_rank(job, 0, None, wait_s=1.0) == {1: handed}
+
+
+def test_a_job_store_taken_while_the_group_was_up_is_met_in_after_it_is_gone(monkeypatch):
+    """watch() takes the job's store as its loop begins: its ranks meet at close() after destroy_process_group()."""
+    assert not dist.is_initialized()
+    store = dist.HashStore()
+    monkeypatch.setattr(rankceilings, "_trainings", iter([0, 0]))
+    assert ranks_ceilings(_ceiling(2.0, 0.2), main=False, job=rankceilings.JobStore(store, 1, 2)) is None
+    finding = job_ceiling_finding(_ceiling(1.0, 0.2), main=True, job=rankceilings.JobStore(store, 0, 2))
+
+    assert finding is not None and finding.evidence["ranks_measured"] == 2
