@@ -21,9 +21,11 @@ pytestmark = [pytest.mark.workers, pytest.mark.timeout(200)]
 FIXED_BY_SETTINGS = {"demo", "starved", "respawn", "fork-deadlock", "oversubscribed", "slow-start"}
 # Checked with a smaller budget, and more closely, in a file of their own.
 CHECKED_APART = {"lock-contention"}  # test_lock_contention.py
-# Seconds of checking: workers started again every epoch make respawn's windows long; the others verify their
-# fix (2x or more) in 20 s, twice in a row here (budget 25 left respawn's fix not measured).
-BUDGET_S = {"respawn": 40}
+# Seconds of checking: workers started again every epoch make respawn's windows long (budget 25 left its fix not
+# measured); slow-start's original starts its spawned workers in 6 to 9 s on a slow machine of this kind, twice (the
+# check, then the verification), which at 20 s left 1 pair of windows 4 times in 7 (30: 3 in 3 measured, within
+# 0.98x to 1.04x a pair); the others verify their fix in 20 s, 3 in 3 there.
+BUDGET_S = {"respawn": 40, "slow-start": 30}
 DEFAULT_BUDGET_S = 20
 
 

@@ -126,6 +126,8 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
             )
     if verdict == "quicker-start":
         note = f"starts in {startups[1]:.2f} s instead of {startups[0]:.2f} s, once per run, and runs as fast ({note})"
+    elif verdict == "slower" and _starts_sooner(*startups):  # both, for the user to weigh for a run's length
+        note = f"starts in {startups[1]:.2f} s instead of {startups[0]:.2f} s, once per run, but then runs {note}"
     return Verification(
         settings, rate_before, rate_after, before.outcome, after.outcome, verdict, note,
         spread=spread, pairs=len(ratios), busy_pairs=len(busy), under_load=under_load, unsteady=unsteady,

@@ -58,6 +58,6 @@ class FilteredImages(Dataset):
 def build() -> Workload:
     dataset = FilteredImages(count=896)
     loader = DataLoader(
-        dataset, batch_size=112, num_workers=2, persistent_workers=True, worker_init_fn=enlarge_thread_pool
+        dataset, batch_size=56, num_workers=2, persistent_workers=True, worker_init_fn=enlarge_thread_pool
     )
-    return Workload(train=loader, step_ms=80)
+    return Workload(train=loader, step_ms=40)

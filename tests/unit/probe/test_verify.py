@@ -228,6 +228,15 @@ def test_a_fix_that_starts_far_sooner_and_runs_as_fast_helps():
     assert compare(before, after, "speed").verdict == "no-gain"
 
 
+def test_a_fix_that_starts_far_sooner_but_runs_slower_says_both():
+    before, after = _run(0.01), _run(0.02, settings=FIX)
+    before.epochs[0].first_batch_s = 6.7
+    after.epochs[0].first_batch_s = 0.05
+    v = compare(before, after, "speed")
+    assert v.verdict == "slower" and not v.helped
+    assert v.note.startswith("starts in 0.05 s instead of 6.70 s, once per run, but then runs slower in every pair")
+
+
 def test_with_a_step_the_loops_ceiling_is_measured_in_the_same_rounds():
     """The step on one batch, again and again, beside the windows: 2 ms a step against 8 ms of loading a batch,
     so the loop with its input taken away runs several times faster, and each rate is a share of that."""
