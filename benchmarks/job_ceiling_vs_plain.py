@@ -1,15 +1,17 @@
-"""The job's ceiling across ranks (`job-ceiling`, `run --nproc-per-node 2 --ceiling`) against a plain two-rank
-loop: the ranks meet in an all_reduce at every step, so the job runs at its slowest rank's pace, with its input and
-without.
+"""The job's ceiling across ranks (`job-ceiling`: `run --nproc-per-node 2 --ceiling`, and each rank's
+`watch(loader, ceiling=True)` under torchrun) against a plain two-rank loop: the ranks meet in an all_reduce at every
+step, so the job runs at its slowest rank's pace, with its input and without.
 
-Usage: python benchmarks/job_ceiling_vs_plain.py [--rounds N] [MODE ...]
+Usage: python benchmarks/job_ceiling_vs_plain.py [--rounds N] [--by run|watch ...] [MODE ...]
 
 Modes: `straggler` (rank 1 reads each sample from slow storage, 4 ms against rank 0's 0.5 ms: the job waits for
 rank 1's loader) and `compute-bound` (both ranks' loaders fast: the input costs the job little). The step is a
 20 ms sleep standing for an accelerator's, then an all_reduce of a small gradient; gloo, one worker a rank.
 For each mode, `rounds` times:
-  - the tool: `loaderdoctor run --nproc-per-node 2 --ceiling --json F script.py`: the `job-ceiling` finding's
-    ceiling (the job's batches/s with the input taken away), its real rate and the input's cost;
+  - the tool, by `run` (`loaderdoctor run --nproc-per-node 2 --ceiling --json F script.py`) and by `watch` (the
+    script's loop through `watch(loader, ceiling=True)`, closed after its process group is destroyed): the
+    `job-ceiling` finding's ceiling (the job's batches/s with the input taken away), its real rate and the input's
+    cost;
   - the plain job, launched by torch's elastic launcher: both ranks in turns of 3 s (rank_turns.py: real, cached,
     real, cached, real, the cached turns training on the last batch the rank's loader delivered, both ranks
     switching at the same step); the job's rates are rank 0's steps over its time.
@@ -67,8 +69,15 @@ def step(batch):
     dist.all_reduce(grad)  # the ranks meet at every step
 
 
+watched = None
 if MODE == "train":
     for batch in loader:
+        step(batch)
+elif MODE == "watch":
+    import loaderdoctor
+
+    watched = loaderdoctor.watch(loader, "bench", ceiling=True, history=False)
+    for batch in watched:
         step(batch)
 else:  # turns (rank_turns.py)
     from rank_turns import turns
@@ -77,10 +86,21 @@ else:  # turns (rank_turns.py)
     if rank == 0:
         print("TURNS", real, cached, flush=True)
 dist.destroy_process_group()
+if watched is not None:
+    import json
+
+    report = watched.close()
+    if rank == 0:
+        (job,) = [f.evidence for f in report.findings if f.rule == "job-ceiling"]
+        print("JOB", json.dumps(job), flush=True)
 """
 
 
-def _tool(script: Path, mode: str, work: Path) -> dict:
+def _tool(script: Path, mode: str, work: Path, by: str) -> dict:
+    """The job-ceiling finding's evidence, by `run` or by each rank's `watch`."""
+    if by == "watch":
+        line = next(line for line in _launched(script, mode, "watch") if line.startswith("JOB "))
+        return json.loads(line[4:])
     out = work / f"{mode}.json"
     env = {**os.environ, "LOADERDOCTOR_HOME": str(work / "home")}
     reads = [str(r) for r in MODES[mode]]
@@ -95,37 +115,44 @@ def _tool(script: Path, mode: str, work: Path) -> dict:
 
 
 def _plain(script: Path, mode: str) -> tuple[float, float]:
-    reads = [str(r) for r in MODES[mode]]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
-               *reads, "turns"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [BENCHMARKS, os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True, env=env)
-    line = next(line for line in result.stdout.splitlines() if line.startswith("TURNS"))
+    line = next(line for line in _launched(script, mode, "turns") if line.startswith("TURNS"))
     real, cached = (float(v) for v in line.split()[1:])
     return real, cached
+
+
+def _launched(script: Path, mode: str, how: str) -> list[str]:
+    """The lines the script printed, launched on two ranks by torch's elastic launcher (`how`: turns or watch)."""
+    reads = [str(r) for r in MODES[mode]]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+               *reads, how]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [BENCHMARKS, os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True, env=env)
+    return result.stdout.splitlines()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--by", action="append", choices=["run", "watch"], help="the tool's way (default: both)")
     parser.add_argument("modes", nargs="*", default=list(MODES))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="job-ceiling-bench-") as folder:
         work = Path(folder)
         script = work / "ranks.py"
         script.write_text(SCRIPT)
-        print(f"{'mode':<14} {'round':>5}  {'tool ceiling':>12} {'plain':>8} {'ratio':>6}   "
+        print(f"{'mode':<14} {'by':<6} {'round':>5}  {'tool ceiling':>12} {'plain':>8} {'ratio':>6}   "
               f"{'tool cost':>9} {'plain':>6} {'points':>6}")  # fmt: skip
         for mode in args.modes:
-            for round_ in range(1, args.rounds + 1):
+            for round_, by in ((r, by) for r in range(1, args.rounds + 1) for by in args.by or ["run", "watch"]):
                 started = time.perf_counter()
-                tool = _tool(script, mode, work)
+                tool = _tool(script, mode, work, by)
                 real, cached = _plain(script, mode)
                 plain_cost = max(0.0, 1 - real / cached)
                 ratio = tool["ceiling_batches_per_s"] / cached
                 points = (tool["measured_input_cost"] - plain_cost) * 100
                 print(
-                    f"{mode:<14} {round_:>5}  {tool['ceiling_batches_per_s']:>12.1f} {cached:>8.1f} {ratio:>6.2f}   "
+                    f"{mode:<14} {by:<6} {round_:>5}  {tool['ceiling_batches_per_s']:>12.1f} {cached:>8.1f} "
+                    f"{ratio:>6.2f}   "
                     f"{tool['measured_input_cost'] * 100:>8.0f}% {plain_cost * 100:>5.0f}% {points:>+6.1f}   "
                     f"({time.perf_counter() - started:.0f} s; tool real {tool['real_batches_per_s']:.1f}, plain real "
                     f"{real:.1f} b/s; each rank's cost {tool['input_cost_by_rank']})",
