@@ -7,11 +7,13 @@ never a hang."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import json
 import time
 import warnings
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +25,8 @@ from loaderdoctor.tap.ceiling import Ceiling
 
 WAIT_S = 60.0  # the longest the main process waits for the other ranks' ceilings, in all
 MAX_BYTES = 1 << 20  # a ceiling read from the store larger than this is refused
-_trainings = itertools.count()  # this process's trainings so far: each rank counts its own the same way
+# Per key (a training, or a watch's name), this process's meetings so far: each rank counts its own the same way.
+_meetings: dict[str, Iterator[int]] = collections.defaultdict(itertools.count)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,17 +50,23 @@ def job_store() -> JobStore | None:
 
 
 def ranks_ceilings(
-    ceiling: Ceiling | None, *, main: bool, wait_s: float = WAIT_S, job: JobStore | None = None
+    ceiling: Ceiling | None,
+    *,
+    main: bool,
+    wait_s: float = WAIT_S,
+    job: JobStore | None = None,
+    key: str = "training",
 ) -> dict[int, Ceiling] | None:
     """On the main process, every rank's ceiling by rank, this one's `ceiling` among them (a rank that measured
     none, or handed none within `wait_s`, is left out: a warning says which); on the others, None once theirs is
     handed. None outside a distributed run of two processes or more. `job`: the store to meet in (default: the
-    job's now)."""
+    job's now); `key`: what the ranks meet for (a watch's name, the same on every rank: watches that end in another
+    order on another rank still meet their own)."""
     try:
         job = job if job is not None else job_store()
         if job is None:
             return None
-        prefix = f"loaderdoctor/ceiling/{next(_trainings)}"
+        prefix = f"loaderdoctor/ceiling/{key}/{next(_meetings[key])}"
         data = dataclasses.asdict(ceiling) if ceiling is not None else None
         job.store.set(f"{prefix}/{job.rank}", json.dumps(data))
         if not main:
@@ -74,10 +83,12 @@ def ranks_ceilings(
     return ceilings
 
 
-def job_ceiling_finding(ceiling: Ceiling | None, *, main: bool, job: JobStore | None = None) -> Finding | None:
+def job_ceiling_finding(
+    ceiling: Ceiling | None, *, main: bool, job: JobStore | None = None, key: str = "training"
+) -> Finding | None:
     """The job's ceiling (job-ceiling) from every rank's, handed through the job's store (see ranks_ceilings), on the
     main process; None elsewhere, on a single process, or with fewer than two ranks measured."""
-    ceilings = ranks_ceilings(ceiling, main=main, job=job)
+    ceilings = ranks_ceilings(ceiling, main=main, job=job, key=key)
     return job_ceiling(ceilings) if ceilings else None
 
 

@@ -202,7 +202,8 @@ class WatchRun:
         job = None
         if self.job is not None:  # every rank hands its ceiling, the main one has the job's (rankceilings.py)
             measured = self.ceiling if not self.failed else None
-            job = job_ceiling_finding(measured, main=self.job.rank == 0, job=self.job)
+            key = self.name.removesuffix(f"/rank{self.job.rank}")  # watch() names each rank's its own
+            job = job_ceiling_finding(measured, main=self.job.rank == 0, job=self.job, key=f"watch:{key}")
         if self.failed or not self.running:
             return None
         try:
