@@ -27,6 +27,7 @@ from loaderdoctor.loader.settings import LoaderSpec
 from loaderdoctor.recording.record import IteratorFacts
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose
+from loaderdoctor.rules.finding import Finding
 from loaderdoctor.tap.iterator import (
     BatchDelivered,
     BatchFailed,
@@ -338,9 +339,10 @@ class HookedLoader:
 
     # The end
 
-    def finish(self, *, history: bool, main: bool) -> LoaderReport | None:
+    def finish(self, *, history: bool, main: bool, job: Finding | None = None) -> LoaderReport | None:
         """Stop measuring and diagnose the run: with `main` (rank 0) as watch() does, logged and kept in the
-        history (with `history`); on other ranks only diagnosed. None when no epoch began."""
+        history (with `history`), the job's finding `job` among its findings; on other ranks only diagnosed. None
+        when no epoch began."""
         if self.finished:
             return None
         self.finished = True
@@ -352,7 +354,9 @@ class HookedLoader:
         rec = self.recorder.finish(self.settings, self.sampler)
         if not main:
             return LoaderReport(self.name, rec, diagnose(rec))
-        return finish_run(self.kind, self.name, rec, self.started_at, self.snapshot, history=history, log_it=False)
+        return finish_run(
+            self.kind, self.name, rec, self.started_at, self.snapshot, history=history, log_it=False, job=job
+        )
 
     # Inside
 

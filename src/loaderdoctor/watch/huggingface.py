@@ -29,7 +29,6 @@ from torch.utils.data import DataLoader
 from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.report import LoaderReport, Report
-from loaderdoctor.rules import order
 from loaderdoctor.rules.finding import Finding
 from loaderdoctor.watch.census import WorkerCensus
 from loaderdoctor.watch.dispatchceiling import DispatcherTurns, dispatched_batches
@@ -280,7 +279,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         run.finished = True
         hooked = run.hooked
         try:
-            report = hooked.finish(history=self.history, main=run.main)
+            report = hooked.finish(history=self.history, main=run.main, job=job)
         except Exception as error:  # a diagnosis is not worth the training run's end
             hooked.sampler.stop()
             warnings.warn(
@@ -291,8 +290,6 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
             return
         if report is None:
             return
-        if job is not None and run.main:
-            report.findings = order([*report.findings, job])
         self.reports = {hooked.name: report}
         if run.main:
             print_report(Report(f"{hooked.name.rsplit('/', 1)[0]} (Hugging Face Trainer)", self.reports))

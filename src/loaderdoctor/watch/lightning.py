@@ -18,7 +18,6 @@ from torch.utils.data import DataLoader
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.report import LoaderReport, Report
-from loaderdoctor.rules import order
 from loaderdoctor.tap.ceiling import CeilingMeasured
 from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
 from loaderdoctor.watch.lightningceiling import install_ceiling
@@ -344,7 +343,8 @@ class LoaderDoctorCallback(Callback):
         reports: dict[str, LoaderReport] = {}
         for hooked in fit.loaders.values():
             try:
-                report = hooked.finish(history=self.history, main=fit.main)
+                measured = job is not None and hooked.recorder.rec.ceiling is turns  # the loader of the turns
+                report = hooked.finish(history=self.history, main=fit.main, job=job if measured else None)
             except Exception as error:  # a diagnosis is not worth the training run's end
                 warnings.warn(
                     f"loaderdoctor could not diagnose '{hooked.name}': {type(error).__name__}: {error}",
@@ -353,8 +353,6 @@ class LoaderDoctorCallback(Callback):
                 )
                 continue
             if report is not None:
-                if job is not None and fit.main and report.recording.ceiling is turns:
-                    report.findings = order([*report.findings, job])
                 reports[hooked.name] = report
         self.reports = reports
         if reports and fit.main:
