@@ -132,7 +132,13 @@ def test_a_run_slowed_by_processes_hogging_the_cores_is_flagged_naming_them(tmp_
             hog.wait()
     assert third.returncode == 0, third.stderr
     newest, middle, _oldest = load_runs(name="job")
-    assert "run-degradation" not in {f["rule"] for f in middle.findings}
+    # The second run is the first again, nothing of this test's changed: flagged only as the machine's load, which
+    # two tests at a time can bring (seen: "37% below the last run: other processes took 1.4 of 2 cores (0.5
+    # before): pid ... loaderdoctor.watch.ranks", the test beside this one).
+    unchanged = next((f for f in middle.findings if f["rule"] == "run-degradation"), None)
+    assert unchanged is None or unchanged["evidence"]["likeliest_cause"] in ("other_processes", "load_avg_1m"), (
+        unchanged
+    )
     degraded = {f["rule"]: f for f in newest.findings}
     assert "run-degradation" in degraded, newest.measurements
     finding = degraded["run-degradation"]
