@@ -17,12 +17,12 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/loaderdoctor check demo; status=$$?; test $$status -le 1
 
-# Every test two at a time, in one run (the unit tests and the tests with real workers, each a load beside the
-# other, as on a shared node: their verdicts must hold there; test files need names of their own across folders);
-# then the `quiet` ones, which assert a measured speedup or a choice resting on one, one at a time, each with the
-# machine's cores as a user's job would have them.
+# The unit tests on both cores; the tests with real workers two at a time (each a load beside the other, as on a
+# shared node: their verdicts must hold there); then the `quiet` ones, which assert a measured speedup or a choice
+# resting on one, one at a time, each with the machine's cores as a user's job would have them.
 test: $(STAMP) lint
-	$(BIN)/pytest tests/unit tests/integration tests/browser -m "not quiet" -n 2 --dist worksteal
+	$(BIN)/pytest tests/unit -n 2
+	$(BIN)/pytest tests/integration tests/browser -m "not quiet" -n 2 --dist worksteal
 	$(BIN)/pytest tests/integration -m quiet
 
 # The quick inner loop: every test that starts no process (no worker, no subprocess), on two cores, in under a
