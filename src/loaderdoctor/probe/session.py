@@ -312,6 +312,7 @@ class ProbeSession(EpochLoop):
         try:
             self.held_batch = None
             if self.iterator is not None:
+                self.last_step_end = self.clock()  # the pause since the last window is no part of the epoch's end
                 self.end_epoch("time")
             if self.last_iterator is not None:
                 close_iterator(self.last_iterator)  # persistent workers outlive their epochs' iterators

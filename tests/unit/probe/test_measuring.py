@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import time
 
 import pytest
 from recordings import make_recording
@@ -14,6 +15,7 @@ from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.probe.measure import probe_with
 from loaderdoctor.probe.measuring import Measuring, ProbeProgress
 from loaderdoctor.probe.session import ProbeSession
+from loaderdoctor.recording.rates import epoch_overhead_s
 from loaderdoctor.tap.watchdog import StallPolicy
 from shared_datasets import PlusMinus
 
@@ -101,3 +103,26 @@ def test_without_a_progress_of_its_own_a_trial_reports_to_the_measurings(monkeyp
     tune_measure.probe_measure(measuring)(Settings(num_workers=2), 1.0)
     (trial,) = given.values()
     assert trial is measuring
+
+
+@pytest.mark.timeout(30)
+def test_an_epoch_cut_short_by_the_sessions_close_does_not_count_the_pause_before_it_as_its_end():
+    # verify() closes every session after the last round: the time since this session's last window (the other
+    # sessions' windows) is a pause, as between windows, not the epoch's end. Counted, it was the epoch overhead
+    # of persistent workers' sessions, and a 6 s check read its fix's rate at half a plain loop's.
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.perf_counter() + offset[0]
+
+    session = ProbeSession(Measuring(SPEC, step=lambda batch: None, policy=POLICY, clock=clock), Settings())
+    try:
+        session.start(startup_limit_s=5.0)
+        session.run(0.05, epochs=None)
+        assert session.iterator is not None  # the window ended within an epoch
+        offset[0] += 30.0  # the other sessions' windows
+    finally:
+        rec = session.close()
+    assert rec.epochs[-1].ended == "time"
+    assert rec.epochs[-1].end_s < 1.0
+    assert epoch_overhead_s(rec) < 1.0
