@@ -26,6 +26,13 @@ _DUMP_WAIT_S = 1.0
 # A worker that uses less than this share of a core is idle: one blocked on a lock uses none of its own, but
 # check's site sampler (workers/sites.py) wakes in it 100 times a second, 1-2% of a core measured here.
 IDLE_CORE_SHARE = 0.05
+# A round of samples costs this process what the kernel takes to build each worker's USS (/proc/PID/smaps_rollup:
+# a walk over its pages, 7 ms for a worker that imported torch and 30 ms for one holding 2 GB here; the rest of
+# a round is under 0.5 ms a worker). Eight such 2 GB workers every 0.25 s took a core from the training loop.
+# The next round waits until rounds take at most this share of a core, and never longer than MAX_INTERVAL_S
+# (the watchdog tells idle workers by their CPU over 4 s: it needs two rounds within that).
+MAX_SAMPLING_SHARE = 0.05
+MAX_INTERVAL_S = 2.0
 
 
 def machine_busy_cpu_s() -> float:
@@ -103,7 +110,8 @@ class _ThreadFile:
 
 
 class WorkerSampler:
-    """A background thread that samples, every interval while active, each worker's USS/RSS, CPU time, run
+    """A background thread that samples, every interval while active (longer where a round would take more than
+    MAX_SAMPLING_SHARE of a core), each worker's USS/RSS, CPU time, run
     delay and thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the
     machine's and the training process's CPU (to tell other processes' load apart) and its run delay. With
     `keep_rounds`, a long run keeps at most about that many rounds of samples: past it, every other round taken
@@ -133,6 +141,7 @@ class WorkerSampler:
         self._lock = threading.Lock()
         self.samples: list[WorkerSample] = []
         self.host_samples: list[HostSample] = []
+        self._interval_s = interval_s
         self._thread = BackgroundThread(OWN_THREAD_PREFIX + "sampler", self._tick, interval_s)
 
     def start(self) -> WorkerSampler:
@@ -158,7 +167,10 @@ class WorkerSampler:
 
     def _tick(self) -> None:
         if self._active.is_set():
+            cpu_before = time.thread_time()
             self.sample_once()
+            cost_s = time.thread_time() - cpu_before
+            self._thread.interval_s = min(MAX_INTERVAL_S, max(self._interval_s, cost_s / MAX_SAMPLING_SHARE))
 
     def sample_once(self) -> None:
         t_s = self._clock() - self._t0

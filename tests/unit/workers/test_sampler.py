@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import itertools
 import os
 import subprocess
 import sys
@@ -187,6 +188,35 @@ def test_sample_once_skips_a_pid_that_is_gone():
     sampler = WorkerSampler(lambda: [2**22 + 12345], clock=FakeClock())  # above the largest pid Linux allows
     sampler.sample_once()
     assert sampler.samples == []
+
+
+def test_rounds_that_cost_much_are_spaced_to_take_at_most_a_twentieth_of_a_core(monkeypatch):
+    # A round reads each worker's USS, which costs this process the kernel's walk over the worker's pages: eight
+    # workers holding 2 GB each took 0.24 s a round, a core at one round every 0.25 s.
+    rounds = []
+
+    def costly_round(self) -> None:
+        rounds.append(time.monotonic())
+        spent = time.thread_time() + 0.02
+        while time.thread_time() < spent:
+            pass
+
+    monkeypatch.setattr(WorkerSampler, "sample_once", costly_round)
+    sampler = WorkerSampler(lambda: [], interval_s=0.01).start()
+    time.sleep(1.5)
+    sampler.stop()
+    # Unbounded: a round every 0.03 s, about 50. Bounded: 0.02 s of CPU, then 0.4 s of rest (5% of a core).
+    assert 2 <= len(rounds) <= 6, rounds
+    assert min(b - a for a, b in itertools.pairwise(rounds)) >= 0.35
+
+
+def test_cheap_rounds_keep_their_interval(monkeypatch):
+    rounds = []
+    monkeypatch.setattr(WorkerSampler, "sample_once", lambda self: rounds.append(time.monotonic()))
+    sampler = WorkerSampler(lambda: [], interval_s=0.05).start()
+    time.sleep(1.0)
+    sampler.stop()
+    assert len(rounds) >= 10  # one every 0.05 s: 20 on a quiet machine
 
 
 def _feed(sampler: WorkerSampler, pid: int, cpu_at: list[tuple[float, float]]) -> None:
