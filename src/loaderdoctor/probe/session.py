@@ -228,7 +228,7 @@ class ProbeSession(EpochLoop):
                     )
                     self._drain_backlog(give_up=begun + seconds / 2, epochs=epochs)
                 measured_from = self.clock()
-                self.sampler.sample_once()  # the window's CPU figures start exactly here
+                self.sampler.sample_once(private_memory=False)  # the window's CPU figures start exactly here
                 with contextlib.suppress(StopMeasuring):  # the step ended the window (ranks stop together)
                     self._roll(
                         until=measured_from + seconds,

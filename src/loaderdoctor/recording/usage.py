@@ -280,12 +280,12 @@ def _started_at(rec: Recording) -> dict[int, float]:
 
 
 def worker_samples_after_startup(rec: Recording) -> dict[int, list[WorkerSample]]:
-    """Each worker's samples in time order, from its first batch on: a spawned worker's imports at start-up
-    are not growth."""
+    """Each worker's samples that read its private memory, in time order, from its first batch on: a spawned
+    worker's imports at start-up are not growth."""
     started = _started_at(rec)
     by_pid: dict[int, list[WorkerSample]] = {}
     for sample in sorted(rec.worker_samples, key=lambda s: s.t_s):
-        if sample.pid in started and sample.t_s >= started[sample.pid]:
+        if sample.uss_bytes is not None and sample.pid in started and sample.t_s >= started[sample.pid]:
             by_pid.setdefault(sample.pid, []).append(sample)
     return by_pid
 
@@ -294,7 +294,7 @@ def worker_growth(rec: Recording) -> dict[int, tuple[float, float, float]]:
     """Per worker pid, from its first batch on: (USS at its first sample after start-up, USS at its last,
     seconds between), in bytes and seconds."""
     return {
-        pid: (float(s[0].uss_bytes), float(s[-1].uss_bytes), s[-1].t_s - s[0].t_s)
+        pid: (float(s[0].uss_bytes), float(s[-1].uss_bytes), s[-1].t_s - s[0].t_s)  # samples that read it
         for pid, s in worker_samples_after_startup(rec).items()
         if len(s) >= 2
     }
@@ -303,9 +303,11 @@ def worker_growth(rec: Recording) -> dict[int, tuple[float, float, float]]:
 def worker_uss_after_startup(rec: Recording) -> list[int]:
     """Every USS sample of a worker taken once it had started (all of them when start-ups are unknown)."""
     started = _started_at(rec)
-    if not started:
-        return [s.uss_bytes for s in rec.worker_samples]
-    return [s.uss_bytes for s in rec.worker_samples if s.t_s >= started.get(s.pid, 0.0)]
+    return [
+        s.uss_bytes
+        for s in rec.worker_samples
+        if s.uss_bytes is not None and (not started or s.t_s >= started.get(s.pid, 0.0))
+    ]
 
 
 def main_step_cpu_s(rec: Recording, window: Window | None = None) -> float | None:

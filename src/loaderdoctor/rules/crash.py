@@ -22,7 +22,8 @@ def _memory_at_death(rec: Recording, pid: int | None) -> tuple[float | None, flo
     samples = samples_by_worker(rec).get(pid, []) if pid is not None else []
     if not samples:
         return None, None
-    return mb(samples[-1].uss_bytes), mb(samples[-1].rss_bytes)
+    private = [s.uss_bytes for s in samples if s.uss_bytes is not None]
+    return (mb(private[-1]) if private else None), mb(samples[-1].rss_bytes)
 
 
 def _sample(death: WorkerDeath) -> str:

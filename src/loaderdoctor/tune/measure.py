@@ -36,15 +36,17 @@ def keeps_up(rec: Recording) -> bool | None:
 
 def loading_memory_bytes(rec: Recording) -> int | None:
     """The most memory loading held at once: its worker processes' USS together, at the busiest sampling,
-    plus its batches in flight; None without workers (loading then shares the main process's memory)."""
+    plus its batches in flight; None without workers (loading then shares the main process's memory), or when
+    no sampling read their USS."""
     if rec.settings.num_workers == 0:
         return None
     batch_bytes = mean_batch_bytes(rec) or 0
     in_flight = int(rec.settings.batches_in_flight * batch_bytes)
     by_time: dict[float, int] = {}
     for sample in rec.worker_samples:
-        by_time[sample.t_s] = by_time.get(sample.t_s, 0) + sample.uss_bytes
-    return max(by_time.values(), default=0) + in_flight
+        if sample.uss_bytes is not None:
+            by_time[sample.t_s] = by_time.get(sample.t_s, 0) + sample.uss_bytes
+    return max(by_time.values()) + in_flight if by_time else None
 
 
 def measurement(rec: Recording) -> Measurement:

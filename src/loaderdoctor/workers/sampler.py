@@ -154,16 +154,16 @@ class WorkerSampler:
         return self.samples
 
     def pause(self) -> None:
-        """Stop sampling until resume(), with a last sample now (idle workers need no watching meanwhile)."""
+        """Stop sampling until resume(), with a last sample of CPU now (idle workers need no watching meanwhile)."""
         if self._active.is_set():
-            self.sample_once()
+            self.sample_once(private_memory=False)
             self._active.clear()
 
     def resume(self) -> None:
-        """Sample again, starting with one now."""
+        """Sample again, starting with one of CPU now."""
         if not self._active.is_set():
             self._active.set()
-            self.sample_once()
+            self.sample_once(private_memory=False)
 
     def _tick(self) -> None:
         if self._active.is_set():
@@ -172,14 +172,17 @@ class WorkerSampler:
             cost_s = time.thread_time() - cpu_before
             self._thread.interval_s = min(MAX_INTERVAL_S, max(self._interval_s, cost_s / MAX_SAMPLING_SHARE))
 
-    def sample_once(self) -> None:
+    def sample_once(self, *, private_memory: bool = True) -> None:
+        """One round: every worker, the machine and this process, stamped alike. Without `private_memory`, no
+        worker's USS is read (None): that read is most of a round's cost (MAX_SAMPLING_SHARE), and a measuring
+        window's edges need the CPU only, without keeping the loop from its batches while its workers run ahead."""
         t_s = self._clock() - self._t0
         taken = []
         for pid in self._pids():
             try:
                 proc = self._processes.get(pid) or self._processes.setdefault(pid, psutil.Process(pid))
                 with proc.oneshot():
-                    memory = proc.memory_full_info()
+                    memory = proc.memory_full_info() if private_memory else proc.memory_info()
                     cpu = proc.cpu_times()
                     threads = max(1, proc.num_threads() - self._own_threads)
             except (psutil.Error, OSError):
@@ -187,7 +190,8 @@ class WorkerSampler:
             if memory.rss == 0:  # one exiting: its memory is given back, and it is no sample of a running worker
                 continue
             cpu_s = cpu.user + cpu.system
-            taken.append(WorkerSample(t_s, pid, memory.uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
+            uss = memory.uss if private_memory else None
+            taken.append(WorkerSample(t_s, pid, uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
         try:
             own = self._own.cpu_times()
             host = HostSample(t_s, machine_busy_cpu_s(), own.user + own.system, run_delay_s(self._own.pid))

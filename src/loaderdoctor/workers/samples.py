@@ -12,7 +12,7 @@ from loaderdoctor.plain.frames import StackFrame
 class WorkerSample:
     t_s: float  # seconds since the run started
     pid: int
-    uss_bytes: int
+    uss_bytes: int | None  # private memory; None where the round read the CPU only (a measuring window's edges)
     rss_bytes: int
     cpu_s: float
     threads: int

@@ -3,6 +3,8 @@ workers' memory from their first batch on. Hand-made recordings with exact figur
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from recordings import MIB, make_recording
 
@@ -110,3 +112,15 @@ def test_a_later_worker_starts_with_its_own_first_batch():
     second = rec.batches[1].delivered_s  # worker 1's first batch, after worker 0's
     rec.worker_samples = [_sample(8, second - 0.01, 100), _sample(8, second, 200), _sample(8, second + 1, 200)]
     assert worker_growth(rec)[8] == (200 * MIB, 200 * MIB, 1.0)
+
+
+def test_rounds_that_read_the_cpu_only_are_no_memory_figure():
+    # A measuring window's edges read the workers' CPU only (their USS is None): memory is read where it was read.
+    rec = make_recording(settings=Settings(num_workers=1, start_method="spawn"), first_batch_s=[2.0, 0.01])
+    rec.epochs[0].worker_pids = [7]
+    cpu_only = [dataclasses.replace(_sample(7, t, 0), uss_bytes=None) for t in (2.5, 3.5, 4.5)]
+    rec.worker_samples = sorted([_sample(7, 3.0, 200), _sample(7, 4.0, 260), *cpu_only], key=lambda s: s.t_s)
+    assert worker_growth(rec)[7] == (200 * MIB, 260 * MIB, 1.0)
+    assert sorted(worker_uss_after_startup(rec)) == [200 * MIB, 260 * MIB]
+    rec.worker_samples = cpu_only
+    assert worker_growth(rec) == {} and worker_uss_after_startup(rec) == []

@@ -3,6 +3,8 @@ deaths.py reads the OOM killer's count."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from recordings import make_recording, make_worker_samples
 
@@ -33,6 +35,14 @@ def test_a_segfault_names_the_signal_the_sample_and_the_memory_last_seen():
     assert finding.evidence["index"] == 37
     assert finding.evidence["uss_mb"] == 200.0  # the last sample of pid 101, at 2 s
     assert "on_sample_error" in finding.snippet
+
+
+def test_the_memory_last_seen_is_the_last_round_that_read_it():
+    death = WorkerDeath(0, 4, "DataLoader worker (pid 101) is killed by signal", pid=101, exitcode=-11, index=37)
+    samples = make_worker_samples([101], 2.0, uss_mb_at=lambda t: 100 + 50 * t)
+    edge = dataclasses.replace(samples[-1], t_s=2.1, uss_bytes=None, rss_bytes=512 * 2**20)  # a window's end
+    finding = worker_crash(_crashed(death, worker_samples=[*samples, edge]))
+    assert finding.evidence["uss_mb"] == 200.0 and finding.evidence["rss_mb"] == 512.0
 
 
 def test_the_oom_killer_is_named_when_its_count_rose():

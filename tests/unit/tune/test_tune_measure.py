@@ -72,3 +72,11 @@ def test_a_hang_is_a_stalled_trial_with_no_rate():
     rec = make_recording(settings=WORKERS, outcome="stalled", stall=_stall(over_budget=False, idle=True))
     measured = measurement(rec)
     assert measured.outcome == "stalled" and measured.batches_per_s == 0.0
+
+
+def test_loading_memory_is_unknown_where_no_round_read_the_workers_uss():
+    persistent = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True)
+    rec = make_recording(settings=persistent, uss_mb_at=lambda t: 150.0)
+    for sample in rec.worker_samples:
+        sample.uss_bytes = None  # every round at a window's edge: the CPU only
+    assert loading_memory_bytes(rec) is None  # not the batches in flight alone, as if the workers held nothing

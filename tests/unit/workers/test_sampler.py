@@ -326,3 +326,16 @@ def test_the_machines_busy_time_leaves_out_a_virtual_machines_steal_and_its_gues
     )
     monkeypatch.setattr(psutil, "cpu_times", lambda: times)
     assert machine_busy_cpu_s() == pytest.approx(10.0 + 1.0 + 2.0 + 0.5 + 0.5)  # the guests' is in user's
+
+
+def test_a_round_of_the_cpu_only_reads_no_private_memory_and_pausing_takes_such_rounds():
+    clock = FakeClock()
+    sampler = WorkerSampler(lambda: [os.getpid()], clock=clock)
+    sampler.sample_once(private_memory=False)
+    sampler.pause()
+    sampler.resume()
+    assert len(sampler.samples) == 3 and len(sampler.host_samples) == 3
+    for sample in sampler.samples:
+        assert sample.uss_bytes is None and sample.rss_bytes > 0 and sample.cpu_s > 0
+    sampler.sample_once()
+    assert sampler.samples[-1].uss_bytes > 0

@@ -143,6 +143,8 @@ def worker_memory(rec: Recording, label: str) -> str:
     """Each worker's private memory (USS) over the run, a line per worker process."""
     by_pid: dict[int, list[tuple[float, float, str]]] = {}
     for sample in rec.worker_samples:
+        if sample.uss_bytes is None:
+            continue  # a round that read the CPU only
         mb = sample.uss_bytes / 2**20
         by_pid.setdefault(sample.pid, []).append(
             (sample.t_s, mb, f"pid {sample.pid} at {sample.t_s:.1f} s: {mb:.0f} MB")
