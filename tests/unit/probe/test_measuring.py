@@ -115,11 +115,12 @@ def test_an_epoch_cut_short_by_the_sessions_close_does_not_count_the_pause_befor
     def clock() -> float:
         return time.perf_counter() + offset[0]
 
-    session = ProbeSession(Measuring(SPEC, step=lambda batch: None, policy=POLICY, clock=clock), Settings())
+    long_epochs = LoaderSpec.from_loader(DataLoader(PlusMinus(100_000), batch_size=2))  # no epoch ends in 0.05 s
+    session = ProbeSession(Measuring(long_epochs, step=lambda batch: None, policy=POLICY, clock=clock), Settings())
     try:
         session.start(startup_limit_s=5.0)
         session.run(0.05, epochs=None)
-        assert session.iterator is not None  # the window ended within an epoch
+        assert session.iterator is not None and session.epoch == 0  # the window ended within the first epoch
         offset[0] += 30.0  # the other sessions' windows
     finally:
         rec = session.close()
