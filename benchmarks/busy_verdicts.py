@@ -10,6 +10,8 @@ The loaders (defined here, none of them a built-in scenario, each a habit of rea
   step: healthy;
 - map-healthy: a numpy map-style dataset, 2 persistent workers, a 50 ms step: healthy;
 - audio: log-mel spectrograms with torch.stft in the main process (num_workers=0): CPU-bound, starved;
+- spawn-shards: the same shards with spawned workers started each epoch (each imports torch again): the start-up
+  every epoch is the cost, and fewer epochs fit a budget beside the hogs;
 - lazy-open: a file opened on first use in each worker (0.5 s), 2 workers started each epoch: the start-up
   every epoch is the cost;
 - io-wait: 6 ms of waiting on storage per sample in 1 worker: I/O-bound, more workers than cores pay.
@@ -128,6 +130,10 @@ def shards() -> Workload:
     return Workload(DataLoader(Shards(), batch_size=32, num_workers=2), step_ms=50)
 
 
+def spawn_shards() -> Workload:
+    return Workload(DataLoader(Shards(), batch_size=32, num_workers=2, multiprocessing_context="spawn"), step_ms=50)
+
+
 def map_healthy() -> Workload:
     return Workload(DataLoader(Table(), batch_size=64, num_workers=2, persistent_workers=True), step_ms=50)
 
@@ -146,6 +152,7 @@ def io_wait() -> Workload:
 
 LOADERS = {
     "shards": shards,
+    "spawn-shards": spawn_shards,
     "map-healthy": map_healthy,
     "audio": audio,
     "lazy-open": lazy_open,

@@ -72,7 +72,7 @@ LABELS: dict[str, tuple[str, str]] = {
     # start-up
     "first_batch_s": ("first batch per epoch", "s"),
     "respawn_s_per_epoch": ("workers' start per epoch", "s"),
-    "respawn_fraction": ("share spent starting workers", _SHARE),
+    "respawn_share_of_epoch": ("epoch's share starting workers", _SHARE),
     "startup_fraction": ("share spent starting", _SHARE),
     "pickled_dataset_mb": ("pickled dataset", "MB"),
     "epochs": ("epochs", ""),

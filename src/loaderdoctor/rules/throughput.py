@@ -234,10 +234,16 @@ def _workers_restarted(rec: Recording) -> bool:
     return bool(later) and interval > 0 and min(later) > RESPAWN_FIRST_BATCH_RATIO * interval
 
 
+def _batches_per_epoch(rec: Recording) -> int:
+    """An epoch's batches: the median of the epochs that ran to their end, else the most any epoch delivered."""
+    whole = [e.batches for e in rec.epochs if e.ended == "exhausted"]
+    return statistics.median_low(whole) if whole else max(e.batches for e in rec.epochs)
+
+
 def worker_respawn(rec: Recording) -> Finding | None:
     """Workers are started again every epoch: the time that costs and persistent_workers as the fix."""
     settings = rec.settings
-    if settings.num_workers == 0 or settings.persistent_workers or len(rec.epochs) < 2 or rec.wall_s <= 0:
+    if settings.num_workers == 0 or settings.persistent_workers or len(rec.epochs) < 2:
         return None
     if not _workers_restarted(rec):
         return None
@@ -251,23 +257,24 @@ def worker_respawn(rec: Recording) -> Finding | None:
     ]
     if not respawns:
         return None
-    cost_s = sum(respawns)
-    impact = cost_s / rec.wall_s
+    per_epoch_s = sum(respawns) / len(respawns)
+    if per_epoch_s < MIN_RESPAWN_S:
+        return None
+    # The share of each epoch, not of this measurement: how many epochs a budget holds changes with the machine's
+    # load (fewer beside busy processes, each diluted by the first epoch's start-up), a training run's epochs do not.
+    impact = per_epoch_s / (per_epoch_s + _batches_per_epoch(rec) * interval)
     severity = time_cost_severity(impact)
     if severity is None:
-        return None
-    per_epoch_s = cost_s / len(respawns)
-    if per_epoch_s < MIN_RESPAWN_S:
         return None
     change = {"persistent_workers": True}
     return Finding(
         rule="worker-respawn",
         severity=severity,
-        title=(f"Workers start again every epoch: {per_epoch_s:.2f} s each time, {percent(impact)} of the run"),
+        title=f"Workers start again every epoch: {per_epoch_s:.2f} s each time, {percent(impact)} of an epoch",
         evidence={
             "first_batch_s": [rounded(e.first_batch_s, 3) for e in rec.epochs],
             "respawn_s_per_epoch": round(per_epoch_s, 3),
-            "respawn_fraction": round(impact, 3),
+            "respawn_share_of_epoch": round(impact, 3),
             **_descheduled_startups(rec),
             "start_method": rec.start_method,
             "epochs": len(rec.epochs),

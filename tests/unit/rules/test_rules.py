@@ -3,6 +3,7 @@ loader gets no warning from any of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -144,31 +145,49 @@ def test_input_bound_needs_a_training_step():
 SPAWN_EACH_EPOCH = Settings(num_workers=2, start_method="spawn")
 
 
-@pytest.mark.parametrize(("wall_s", "severity"), [(8.0, "critical"), (20.0, "warning"), (50.0, None)])
-def test_worker_respawn_costs_later_epochs_first_batches(wall_s, severity):
+@pytest.mark.parametrize(("batches_per_epoch", "severity"), [(20, "critical"), (100, "warning"), (500, None)])
+def test_worker_respawn_costs_later_epochs_first_batches(batches_per_epoch, severity):
     rec = make_recording(
         settings=SPAWN_EACH_EPOCH,
         start_method="spawn",
         epochs=3,
+        batches_per_epoch=batches_per_epoch,
         first_batch_s=[1.2, 1.1, 1.1],
-        wall_s=wall_s,
     )
     finding = worker_respawn(rec)
     assert (finding and finding.severity) == severity
     if finding is None:
         return
-    # Steady batches take 0.001 s wait + 0.05 s step; epochs 2 and 3 each lose 1.1 - 0.051 s to start-up.
+    # Steady batches take 0.001 s wait + 0.05 s step; epochs 2 and 3 each lose 1.1 - 0.051 s to start-up, of an
+    # epoch that would otherwise take its batches' steady time.
+    share = 1.049 / (1.049 + batches_per_epoch * 0.051)
     assert finding.evidence == {
         "first_batch_s": [1.2, 1.1, 1.1],
         "respawn_s_per_epoch": 1.049,
-        "respawn_fraction": round(2.098 / wall_s, 3),
+        "respawn_share_of_epoch": round(share, 3),
         "start_method": "spawn",
         "epochs": 3,
     }
-    assert finding.impact == pytest.approx(2.098 / wall_s)
+    assert finding.impact == pytest.approx(share)
+    assert finding.title.endswith(f"{round(share * 100)}% of an epoch")
     assert finding.settings_change == {"persistent_workers": True}
     assert "persistent_workers=True" in finding.snippet
     assert "no longer reach the workers" in finding.fix
+
+
+def test_worker_respawn_share_is_the_epochs_whatever_the_measurement_held():
+    """Beside busy processes a budget holds fewer epochs (and a cut-short last one), and the first epoch's start-up
+    weighs more in it: a share of the measurement changed with the load, the share of an epoch does not."""
+    many = make_recording(settings=SPAWN_EACH_EPOCH, start_method="spawn", epochs=6, first_batch_s=[1.2] + [1.1] * 5)
+    few = make_recording(settings=SPAWN_EACH_EPOCH, start_method="spawn", epochs=2, first_batch_s=[2.4, 1.1])
+    cut = dataclasses.replace(
+        few,
+        epochs=[few.epochs[0], dataclasses.replace(few.epochs[1], batches=5, ended="time")],
+        batches=[b for b in few.batches if b.epoch == 0 or b.index < 5],
+        wall_s=few.wall_s / 2,
+    )
+    findings = [worker_respawn(rec) for rec in (many, few, cut)]
+    assert {(f.severity, f.evidence["respawn_share_of_epoch"]) for f in findings} == {("critical", 0.507)}
 
 
 def test_worker_respawn_quiet_with_persistent_workers_or_one_epoch():
