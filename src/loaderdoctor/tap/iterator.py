@@ -154,6 +154,8 @@ def raised_in_worker(error: BaseException) -> bool:
 # A worker's death also shows as other errors (a batch whose shared memory cannot be fetched from it any more:
 # ConnectionResetError, EOFError...), maybe an instant before its process has ended: give it this long to be seen.
 DEATH_GRACE_S = 0.5
+# Tries at saying a failed next() when errors keep cutting it short (a second worker's death, say).
+MAX_FAILURE_TRIES = 3
 
 
 def is_worker_death(error: BaseException, iterator: Any, grace_s: float = DEATH_GRACE_S) -> bool:
@@ -215,6 +217,27 @@ class TapIterator:
         tap.emit(EpochEnded(self.epoch, self.index, ended - self.started_at, ended - asked))
         raise StopIteration
 
+    def _failed(self, started: float, error: Exception) -> Exception:
+        """The failed next() said in a BatchFailed event, and the error to raise: `error`, or one that cut the
+        saying short. Torch's SIGCHLD handler raises a worker's death wherever the main thread is, and often just
+        here, right after the reset connection or EOFError the death caused: the death is then what is said, and
+        raised. Once the event is out, an error raised in a listener is that listener's to record (watch's records
+        a death there), and is only raised."""
+        said = False
+        for _ in range(MAX_FAILURE_TRIES):
+            try:
+                if not said:
+                    self.waiting_since = None
+                    self.failed_wait_s = self._tap.clock() - started
+                    index = self.index
+                    said = True
+                    self.index = index + 1
+                    self._tap.emit(BatchFailed(self.epoch, index, self.failed_wait_s, error))
+                return error
+            except Exception as late:
+                error = late
+        return error
+
     def __next__(self) -> Any:
         tap = self._tap
         clock = tap.clock
@@ -243,11 +266,10 @@ class TapIterator:
         except StopIteration:
             self._end_epoch(started)
         except Exception as error:
-            self.waiting_since = None
-            self.failed_wait_s = clock() - started
-            tap.emit(BatchFailed(self.epoch, self.index, self.failed_wait_s, error))
-            self.index += 1
-            raise
+            failure = self._failed(started, error)
+            if failure is error:
+                raise
+            raise failure  # noqa: B904 (it arose while `error` was handled, and already has it as its context)
         except BaseException:
             # Ctrl-C (or SystemExit) ended the wait: nobody waits now, and a first batch's clock starts anew at
             # the next next(), so that the pause before it is no start-up and no stall.
