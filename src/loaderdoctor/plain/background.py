@@ -1,5 +1,5 @@
-"""One background-thread lifecycle: a daemon thread that runs a tick every interval until stopped, and is stopped
-the same way from any thread, its own included."""
+"""One background-thread lifecycle: a daemon thread that runs a tick every interval (or sooner, when woken) until
+stopped, and is stopped the same way from any thread, its own included."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 class BackgroundThread:
     """A daemon thread called `name` that calls `tick` every `interval_s` (the first call one interval after
-    start()) until stop().
+    start()) until stop(); wake() has the next tick run now, and the interval count again from there.
 
     stop() may be called from any thread, any number of times, before or after start(): it ends the loop and
     waits for a tick under way, except when called from the thread itself (a tick that decides it is done), which
@@ -21,6 +21,7 @@ class BackgroundThread:
         self.interval_s = interval_s
         self._tick = tick
         self._stopping = threading.Event()
+        self._woken = threading.Event()  # set by wake() and by stop(): the wait for the next tick ends
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     @property
@@ -39,9 +40,14 @@ class BackgroundThread:
     def stop(self) -> None:
         """End the loop, and wait until the thread has ended unless called from the thread itself."""
         self._stopping.set()
+        self._woken.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
         self._let_go()
+
+    def wake(self) -> None:
+        """Run the next tick now (after the one under way, if any), from any thread."""
+        self._woken.set()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait, at most `timeout` seconds (threading's word), for a thread that ends by itself (its tick called
@@ -54,7 +60,11 @@ class BackgroundThread:
 
     def _run(self) -> None:
         try:
-            while not self._stopping.wait(self.interval_s):
+            while True:
+                self._woken.wait(self.interval_s)
+                self._woken.clear()
+                if self._stopping.is_set():
+                    break
                 self._tick()
         finally:
             self._let_go()

@@ -141,6 +141,8 @@ class ProbeSession(EpochLoop):
             self.book.created(event)
         elif isinstance(event, BatchDelivered):
             self.rec.batches.append(self.book.delivered(event, self.clock()))
+            if self.book.startup_just_ended():
+                self.sampler.sample_soon()  # the workers' memory as they start: the base of their growth
         elif isinstance(event, BatchFailed):
             self.book.failed(event)  # what the failure was, the loop records where next() raised it (epochs.py)
 

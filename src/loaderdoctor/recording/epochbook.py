@@ -32,6 +32,7 @@ class OpenEpoch:
     restarts: int = 0  # iterators a guard started again within this epoch
     sampler_epoch: int | None = None  # a shuffling sampler's epoch at its iter() (EpochRecord.sampler_epoch)
     seen: EpochTally = field(default_factory=EpochTally)  # its samples' fingerprints
+    new_workers: bool = False  # its iter() started workers (other pids than the epoch before)
 
 
 class EpochBook:
@@ -52,8 +53,16 @@ class EpochBook:
         previous = self.rec.epochs[-1].worker_pids if self.rec.epochs else None
         pids = list(event.worker_pids)
         started = self.clock() - event.create_s
-        self.open = self.last = OpenEpoch(event.epoch, started, pids, startup_count(pids, previous), event.create_s)
+        new_workers = bool(pids) and pids != previous
+        startup = startup_count(pids, previous)
+        self.open = self.last = OpenEpoch(event.epoch, started, pids, startup, event.create_s, new_workers=new_workers)
         return self.open
+
+    def startup_just_ended(self) -> bool:
+        """Whether the batch just delivered was the last of the start-up of workers its epoch's iter() started:
+        each of them has delivered its first batch."""
+        epoch = self.open
+        return epoch is not None and epoch.new_workers and epoch.batches == epoch.startup
 
     def restarted(self, event: IteratorCreated) -> None:
         """A guard's new iterator within the open epoch (the loop goes on past a worker's death)."""

@@ -153,6 +153,12 @@ class WorkerSampler:
         self._thread.stop()
         return self.samples
 
+    def sample_soon(self) -> None:
+        """A round now, whatever the spacing: new workers' private memory read as their start-up ends, which is
+        where their growth is measured from (a round up to MAX_INTERVAL_S later would leave out what they copied
+        meanwhile)."""
+        self._thread.wake()
+
     def pause(self) -> None:
         """Stop sampling until resume(), with a last sample of CPU now (idle workers need no watching meanwhile)."""
         if self._active.is_set():

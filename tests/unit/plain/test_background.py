@@ -41,6 +41,18 @@ def test_it_ticks_until_stopped_and_stop_waits_for_the_thread():
     assert len(ticks) == after  # no tick once stop() has returned
 
 
+def test_wake_runs_the_next_tick_now_instead_of_after_the_interval():
+    ticked = threading.Event()
+    thread = BackgroundThread("loaderdoctor-test-wake", ticked.set, 60.0).start()
+    try:
+        assert not ticked.wait(0.2)  # a minute's interval: no tick of its own
+        thread.wake()
+        assert ticked.wait(5.0)
+    finally:
+        thread.stop()
+    assert not thread.is_alive()
+
+
 def test_stop_twice_and_stop_before_start_are_harmless():
     never = BackgroundThread("loaderdoctor-test-never", lambda: None, 0.001)
     never.stop()

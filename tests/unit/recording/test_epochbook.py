@@ -50,6 +50,24 @@ def test_an_epoch_that_starts_workers_counts_one_start_up_batch_per_worker_and_k
     assert [b.index for b in steady_batches(book.rec)] == [3, 4]
 
 
+def test_the_start_up_ends_with_the_first_batch_of_the_last_worker_the_epoch_started():
+    book, clock = _book()
+    book.created(IteratorCreated(0, None, [11, 12], 0.0))
+    ended = []
+    for index in range(4):
+        _deliver(book, clock, 0, index, first_batch_s=0.2 if index == 0 else None)
+        ended.append(book.startup_just_ended())
+    assert ended == [False, True, False, False]  # batch 1: both workers have delivered their first
+    book.close("exhausted")
+    book.created(IteratorCreated(1, None, [11, 12], 0.0))  # persistent: no worker started
+    _deliver(book, clock, 1, 0, first_batch_s=0.01)
+    assert not book.startup_just_ended()
+    book.close("exhausted")
+    book.created(IteratorCreated(2, None, [], 0.0))  # loading in the main process
+    _deliver(book, clock, 2, 0, first_batch_s=0.01)
+    assert not book.startup_just_ended()
+
+
 def test_a_failed_batch_keeps_its_place_in_the_epochs_numbering():
     book, clock = _book()
     book.created(IteratorCreated(0, None, [], 0.0))
