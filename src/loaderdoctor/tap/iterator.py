@@ -251,12 +251,14 @@ class TapIterator:
                 return again
         # Events are made only for listeners: a guard without any pays for a clock read or two per batch.
         listening = bool(tap.listeners)
+        # The CPU clock and the run delay before the wait's clock: each read is a system call, where a loop that
+        # other processes crowd is taken off its core, and that time is the loop's, not a wait for data.
+        cpu_started = time.process_time() if listening else 0.0
+        delay_started = thread_run_delay_s() if listening else None
         self.waiting_since = started = clock()
         if self.interrupted and not self.delivered:
             self.started_at = started
         self.interrupted = False
-        cpu_started = time.process_time() if listening else 0.0
-        delay_started = thread_run_delay_s() if listening else None
         step_run_delay_s = None
         if delay_started is not None and self.delay_at_delivery is not None:
             step_run_delay_s = max(0.0, delay_started - self.delay_at_delivery)
