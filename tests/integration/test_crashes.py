@@ -139,7 +139,7 @@ NOTEBOOK = textwrap.dedent(
 
 
     loader = DataLoader(DefinedInTheNotebook(), batch_size=8, num_workers=2, multiprocessing_context="spawn")
-    report = loaderdoctor.check(loader, budget_s=15)
+    report = loaderdoctor.check(loader, budget_s=60)
     print(json.dumps({"exit_status": report.exit_status, "report": report.to_dict()}))
     """
 )
@@ -147,13 +147,15 @@ NOTEBOOK = textwrap.dedent(
 
 def test_a_spawned_worker_that_cannot_import_a_class_of_an_interactive_session_is_a_critical_crash(tmp_path):
     # `python -c` has a __main__ without a file, as a notebook's kernel has: spawned workers cannot import it.
+    # The crash ends the check at once; the budget is for a busy machine, where two spawned workers importing torch
+    # beside two other checks and two CPU hogs had not died within 15 s (batch 0 was said to outlast the budget).
     result = subprocess.run(
         [sys.executable, "-c", NOTEBOOK], capture_output=True, text=True, timeout=100, env=_env(), cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     output = json.loads(result.stdout.strip().splitlines()[-1])
-    assert output["exit_status"] == 1
     finding = _main_finding(output["report"])
+    assert output["exit_status"] == 1, finding
     assert finding["rule"] == "worker-crash"
     assert finding["severity"] == "critical"
     assert "spawn" in finding["title"]

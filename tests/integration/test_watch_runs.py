@@ -236,7 +236,7 @@ def test_a_worker_death_raised_inside_the_watch_goes_to_the_guard_and_the_record
     def slow_listener(event):
         if not slept and type(event).__name__ == "BatchDelivered":
             slept.append(True)
-            time.sleep(2.0)  # ended early by the handler's error
+            time.sleep(10.0)  # ended early by the handler's error (beside busy processes the death comes later)
         recorded(event)
 
     run.recorder.on_event = slow_listener
