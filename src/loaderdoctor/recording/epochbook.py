@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loaderdoctor.recording.record import BatchRecord, EpochRecord, Recording, startup_count
+from loaderdoctor.recording.record import BatchRecord, EpochRecord, Recording, startup_count, workers_started
 from loaderdoctor.tap.fingerprints import EpochTally
 from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, IteratorCreated
 
@@ -53,8 +53,7 @@ class EpochBook:
         previous = self.rec.epochs[-1].worker_pids if self.rec.epochs else None
         pids = list(event.worker_pids)
         started = self.clock() - event.create_s
-        new_workers = bool(pids) and pids != previous
-        startup = startup_count(pids, previous)
+        startup, new_workers = startup_count(pids, previous), workers_started(pids, previous)
         self.open = self.last = OpenEpoch(event.epoch, started, pids, startup, event.create_s, new_workers=new_workers)
         return self.open
 

@@ -171,11 +171,15 @@ def startup_batches(rec: Recording) -> dict[int, int]:
     return counts
 
 
+def workers_started(worker_pids: list[int], previous_pids: list[int] | None) -> bool:
+    """Whether an epoch's iter() started its workers: it has workers, and not the last epoch's."""
+    return bool(worker_pids) and worker_pids != previous_pids
+
+
 def startup_count(worker_pids: list[int], previous_pids: list[int] | None) -> int:
     """How many of an epoch's first batches are start-up, given its workers and the last epoch's: one per worker
-    when its iter() started them (other pids than the last epoch's), else the first batch only."""
-    started = bool(worker_pids) and worker_pids != previous_pids
-    return max(1, len(worker_pids)) if started else 1
+    when its iter() started them, else the first batch only."""
+    return max(1, len(worker_pids)) if workers_started(worker_pids, previous_pids) else 1
 
 
 def steady_batches(rec: Recording, window: Window | None = None) -> list[BatchRecord]:

@@ -10,13 +10,11 @@ taking turns (batches_stepped)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psutil
 from torch.utils.data import DataLoader
 
 from loaderdoctor.history.records import now_iso
@@ -36,13 +34,13 @@ from loaderdoctor.tap.iterator import (
     batch_nbytes,
     batch_samples,
 )
+from loaderdoctor.watch.loadingerrors import is_death_of
 from loaderdoctor.watch.progress import Progress
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
 from loaderdoctor.watch.watchrun import finish_run
 from loaderdoctor.workers.sampler import thread_run_delay_s
 
 Moment = tuple[float, float]  # (clock, the process's CPU seconds) at a hook
-_TORCH_DATA_DIR = os.path.join("torch", "utils", "data") + os.sep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,24 +50,6 @@ class Stretch:
     batches: int
     batches_per_s: float | None
     wait_fraction: float | None  # of the time in waits and steps
-
-
-def raised_in_loading(error: BaseException) -> bool:
-    """Whether `error` was raised from within torch's DataLoader (a sample that raised, a worker that died),
-    rather than by the training step, a callback or a logger."""
-    tb = error.__traceback__
-    while tb is not None:
-        if _TORCH_DATA_DIR in tb.tb_frame.f_code.co_filename:
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _ended(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 class HookedLoader:
@@ -402,5 +382,4 @@ class HookedLoader:
         return tally.batches if tally is not None else 0
 
     def _is_death(self, error: BaseException) -> bool:
-        # As the tap tells a death: torch's RuntimeError while one of the workers has ended.
-        return isinstance(error, RuntimeError) and any(_ended(pid) for pid in self.worker_pids)
+        return is_death_of(error, self.worker_pids)

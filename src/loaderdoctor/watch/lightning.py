@@ -19,10 +19,11 @@ from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.report import LoaderReport, Report
 from loaderdoctor.tap.ceiling import CeilingMeasured
-from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
+from loaderdoctor.watch.hooked import HookedLoader
 from loaderdoctor.watch.lightningceiling import install_ceiling
 from loaderdoctor.watch.lightninglog import log_fit_figures, log_stretch
 from loaderdoctor.watch.lightningstate import Fit, batch_count, dataloaders_of, facts_after_iter, moment
+from loaderdoctor.watch.loadingerrors import raised_in_loading
 from loaderdoctor.watch.progress import epoch_line
 from loaderdoctor.watch.rankceilings import job_ceiling_finding
 from loaderdoctor.watch.trainerceiling import ceiling_option

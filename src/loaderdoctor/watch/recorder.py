@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,9 @@ class RunRecorder:
         self.clock = clock
         self.started = clock()
         self._sampler_epoch = sampler_epoch
+        # The run's sampler, once worker_sampler() made it: held weakly, as its owner holds it and its `pids`
+        # often hold this recorder (a cycle would keep a dropped loader's persistent workers for the collector).
+        self._sampler: weakref.ref[WorkerSampler] | None = None
         self._is_death = is_death
         self._death = death
         self._max_batches = max_batches
@@ -134,6 +138,9 @@ class RunRecorder:
         now = self.clock()
         self._close_step(now - event.wait_s, event.step_run_delay_s)
         batch = self.book.delivered(event, now)
+        sampler = self._sampler() if self._sampler is not None else None
+        if sampler is not None and self.book.startup_just_ended():
+            sampler.sample_soon()  # the workers' memory as they start: the base of their growth
         self.delivered += 1
         self.samples += event.samples
         self.wait_s += event.wait_s
@@ -212,10 +219,13 @@ class RunRecorder:
         self.rec.batches = kept
 
     def worker_sampler(self, pids: Callable[[], list[int]]) -> WorkerSampler:
-        """The sampler of the workers' memory and CPU for this run (its rounds thinned over a long run)."""
-        return WorkerSampler(
+        """The sampler of the workers' memory and CPU for this run (its rounds thinned over a long run), woken as
+        started workers end their start-up."""
+        sampler = WorkerSampler(
             pids, interval_s=SAMPLE_EVERY_S, clock=self.clock, t0=self.started, keep_rounds=KEEP_SAMPLE_ROUNDS
         )
+        self._sampler = weakref.ref(sampler)
+        return sampler
 
     # The end
 

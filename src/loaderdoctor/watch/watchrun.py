@@ -29,7 +29,7 @@ from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.finding import Finding
 from loaderdoctor.tap.ceiling import Ceiling
-from loaderdoctor.tap.iterator import BatchDelivered, EpochEnded, Event, is_worker_death
+from loaderdoctor.tap.iterator import EpochEnded, Event, is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
 from loaderdoctor.watch.rankceilings import JobStore, job_ceiling_finding, job_store
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
@@ -106,8 +106,6 @@ class WatchRun:
             return
         try:
             self.recorder.on_event(event)
-            if isinstance(event, BatchDelivered) and self.recorder.book.startup_just_ended():
-                self.sampler.sample_soon()  # the workers' memory as they start: the base of their growth
             if isinstance(event, EpochEnded):
                 self._log_epoch_end(event)
         except Exception as error:

@@ -8,7 +8,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.recording.record import wait_fraction
-from loaderdoctor.watch.hooked import HookedLoader, raised_in_loading
+from loaderdoctor.watch.hooked import HookedLoader
+from loaderdoctor.watch.loadingerrors import raised_in_loading
 
 
 class Clock:

@@ -183,3 +183,16 @@ def test_words_for_durations_and_money():
         "1 d 1 h",
     ]
     assert [money(x) for x in (0.4213, 40.0, 1250.4)] == ["$0.42", "$40.00", "$1,250"]
+
+
+def test_the_run_samples_its_workers_at_once_as_those_an_iter_started_have_each_delivered_a_batch(monkeypatch):
+    clock, woken = Clock(), []
+    recorder = _recorder(clock, workers=2)
+    sampler = recorder.worker_sampler(lambda: [])  # not started: only its wake is watched
+    monkeypatch.setattr(sampler, "sample_soon", lambda: woken.append(recorder.delivered))
+    for epoch, pids in enumerate(([11, 12], [11, 12], [21, 22])):  # persistent, then started again
+        recorder.on_event(IteratorCreated(epoch, None, pids, 0.0))
+        for index in range(4):
+            clock.now += 0.01
+            recorder.on_event(BatchDelivered(epoch, index, 0.01, 0.0, 64, 4, 0.01 if index == 0 else None))
+    assert woken == [1, 9]  # at batch 1 of epochs 0 and 2 (the batches delivered before it: 1, then 9)
