@@ -14,6 +14,7 @@ from loaderdoctor import startup
 from loaderdoctor.cli import _warnings_as_log_lines, main
 from loaderdoctor.history.store import HistoryWarning
 from loaderdoctor.render.terminal import VisibleFormatter
+from loaderdoctor.tap import signals
 
 CLEAR = "\x1b[2J"
 
@@ -59,17 +60,19 @@ def test_the_command_line_is_the_console_script_or_python_m_loaderdoctor(monkeyp
     assert not startup.is_command_line()
 
 
-def test_ctrl_c_while_held_is_recorded_and_a_second_one_raises(monkeypatch):
+def test_ctrl_c_while_held_is_recorded_a_burst_is_one_press_and_one_after_a_pause_raises(monkeypatch):
     monkeypatch.setattr(startup, "is_command_line", lambda: True)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     startup.hold_interrupt()
     try:
-        signal.raise_signal(signal.SIGINT)  # held: nothing raised
+        for _ in range(3):  # pressed three times fast: held, nothing raised
+            signal.raise_signal(signal.SIGINT)
         assert startup.release_interrupt() is True
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         assert startup.release_interrupt() is False  # once
         startup.hold_interrupt()
         signal.raise_signal(signal.SIGINT)
+        monkeypatch.setattr(signals, "PRESS_BURST_S", 0.0)  # the next press comes after a pause
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)  # the user insists
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -30,7 +30,7 @@ from loaderdoctor.tap.ceiling import DEFAULT_STEPS
 from loaderdoctor.tap.signals import child_deaths_quiet
 from loaderdoctor.watch.job import JobRun, disarm_inherited, run_job
 from loaderdoctor.watch.ranks import CEILING_ENV, RanksRun, ceiling_env, run_ranks
-from loaderdoctor.watch.script import Script, ScriptRun
+from loaderdoctor.watch.script import Script, ScriptRun, presses_of_ctrl_c
 from loaderdoctor.watch.scriptloaders import EveryLoader
 
 NAME = "run"
@@ -114,22 +114,23 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     disarm_inherited()  # started by a job's process: this run watches its own script
     if args.ceiling_only and args.ceiling is False:
         args.ceiling = True  # --ceiling-only says --ceiling too
-    with _environ(
-        CEILING_ENV, ceiling_env(args.ceiling, args.ceiling_only)
-    ):  # the job's processes and ranks inherit it
-        if topology.world_size > 1:
-            result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name)
-        else:  # the processes the script starts (Lightning's ranks, mp.spawn's, torchrun's) watch their own loaders
-            every = EveryLoader(
-                guarded=args.guard, name=args.name, ceiling=args.ceiling, ceiling_only=args.ceiling_only
-            )
-            result = run_job(script, every, guarded=args.guard, name=args.name)
-    try:
-        with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
-            _summarize(result, script, args, err)
-    except Exception as error:  # loaderdoctor's failure never changes the script's outcome
-        warnings.warn(f"loaderdoctor run could not summarize the run: {type(error).__name__}: {error}",
-                      LoaderDoctorWarning, stacklevel=1)  # fmt: skip
+    with presses_of_ctrl_c() as presses:  # a burst of Ctrl-C is one press, for the script and its summary alike
+        with _environ(
+            CEILING_ENV, ceiling_env(args.ceiling, args.ceiling_only)
+        ):  # the job's processes and ranks inherit it
+            if topology.world_size > 1:
+                result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name)
+            else:  # the processes the script starts (Lightning's ranks, mp.spawn's, torchrun's) watch their own
+                every = EveryLoader(
+                    guarded=args.guard, name=args.name, ceiling=args.ceiling, ceiling_only=args.ceiling_only
+                )
+                result = run_job(script, every, guarded=args.guard, name=args.name, presses=presses)
+        try:
+            with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
+                _summarize(result, script, args, err)
+        except Exception as error:  # loaderdoctor's failure never changes the script's outcome
+            warnings.warn(f"loaderdoctor run could not summarize the run: {type(error).__name__}: {error}",
+                          LoaderDoctorWarning, stacklevel=1)  # fmt: skip
     return result.exit_status
 
 

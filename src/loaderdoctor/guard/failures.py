@@ -26,6 +26,7 @@ from loaderdoctor.guard.texts import death_event, gave_up_error, restart_event, 
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.recording.record import WorkerStack
 from loaderdoctor.tap.iterator import DEATH_GRACE_S
+from loaderdoctor.tap.signals import raise_if_stopping
 from loaderdoctor.tap.stalls import Ended, respond_to_stall
 from loaderdoctor.tap.watchdog import StallNotice, StallPolicy, Watchdog
 
@@ -125,7 +126,9 @@ class FailureHandling:
 
     def _recover(self, kind: str, error: BaseException | None) -> None:
         """End the failed iterator and step one rung down the ladder (after a main-process stall: up to a worker),
-        or raise when no restart or rung is left: see recovery.choose_rung."""
+        or raise when no restart or rung is left: see recovery.choose_rung. A job being stopped (SIGTERM under `run`)
+        is not started again: its stop is raised instead (its workers were stopped with it)."""
+        raise_if_stopping()
         inner = self._inner
         failed = inner.settings if inner is not None else self.settings
         skipped = None

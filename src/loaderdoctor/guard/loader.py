@@ -137,6 +137,14 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
         inner = self._inner
         return inner.torch_iterator() if inner is not None else None
 
+    def held(self, worker_id: int) -> int | None:
+        """The dataset index worker `worker_id` of the current iterator is loading (or was, as it died); None when
+        unknown (an IterableDataset, no workers)."""
+        inner = self._inner
+        if inner is None or inner.in_hand is None:
+            return None
+        return inner.in_hand.read(worker_id)
+
     def __iter__(self) -> Iterator[Any]:
         self._end_epoch()
         if self._loader_changed:

@@ -30,6 +30,7 @@ class OpenEpoch:
     step_s: float = 0.0  # of the steps whose end was seen
     samples: int = 0
     restarts: int = 0  # iterators a guard started again within this epoch
+    restart_startup: int = 0  # batches still to come of the start-up of the last restart's workers
     sampler_epoch: int | None = None  # a shuffling sampler's epoch at its iter() (EpochRecord.sampler_epoch)
     seen: EpochTally = field(default_factory=EpochTally)  # its samples' fingerprints
     new_workers: bool = False  # its iter() started workers (other pids than the epoch before)
@@ -69,6 +70,7 @@ class EpochBook:
             self.rec.iterators.append(event.facts)
         if self.open is not None:
             self.open.restarts += 1
+            self.open.restart_startup = max(1, len(event.worker_pids))
 
     def _epoch_of(self, event: BatchDelivered | BatchFailed, at: float) -> OpenEpoch:
         """The open epoch; one opened for a batch when no iter() was seen (a tap made mid-epoch)."""
@@ -94,6 +96,8 @@ class EpochBook:
         epoch.wait_s += event.wait_s
         epoch.samples += event.samples
         epoch.seen.add(event.fingerprints)
+        after_restart = epoch.restart_startup > 0
+        epoch.restart_startup = max(0, epoch.restart_startup - 1)
         return BatchRecord(
             epoch=epoch.epoch,
             index=epoch.batches + epoch.failed - 1,
@@ -104,6 +108,7 @@ class EpochBook:
             samples=event.samples,
             delivered_s=delivered_at - self.started,
             wait_run_delay_s=event.wait_run_delay_s,
+            after_restart=after_restart,
         )
 
     def close(self, ended: str, *, at: float | None = None, end_s: float = 0.0) -> EpochRecord | None:
@@ -126,6 +131,7 @@ class EpochBook:
             end_s=end_s,
             iter_s=epoch.iter_s,
             sampler_epoch=epoch.sampler_epoch,
+            restarts=epoch.restarts,
             **epoch.seen.record_fields(),
         )
         self.rec.epochs.append(record)

@@ -47,6 +47,8 @@ class EpochRecord:
     # Of first_batch_s, for an epoch whose iter() started workers: the time its first worker was runnable but
     # descheduled since it started (other processes held the cores; see BatchDelivered.startup_run_delay_s).
     first_batch_run_delay_s: float | None = None
+    # Iterators a guard started again within this epoch, after a worker's death or a stall (the loop went on).
+    restarts: int = 0
 
 
 @dataclass
@@ -65,6 +67,9 @@ class BatchRecord:
     # Of step_s, the time the loop's thread was runnable but not running: the cores taken by other processes, or
     # by this loader's own workers. Not the step's cost: see the limit. None where not counted.
     step_run_delay_s: float | None = None
+    # One of the first batches of an iterator a guard started again within the epoch (one per worker it started):
+    # its wait holds that restart, not steady running (see steady_batches).
+    after_restart: bool = False
 
 
 @dataclass
@@ -184,12 +189,14 @@ def startup_count(worker_pids: list[int], previous_pids: list[int] | None) -> in
 
 def steady_batches(rec: Recording, window: Window | None = None) -> list[BatchRecord]:
     """Batches delivered in steady running: after the start-up batches of each epoch (see startup_batches;
-    counted apart), within `window` (by default, within the run's measuring windows)."""
+    counted apart) and of each restart a guard made, within `window` (by default, within the run's measuring
+    windows)."""
     startup = startup_batches(rec)
     seen: set[int] = set()  # epochs whose first delivered batch went by (batch 0 may have failed)
     steady = []
     for batch in rec.batches:
-        if batch.epoch in seen and batch.index >= startup.get(batch.epoch, 1) and in_window(rec, batch, window):
+        running = batch.index >= startup.get(batch.epoch, 1) and not batch.after_restart
+        if batch.epoch in seen and running and in_window(rec, batch, window):
             steady.append(batch)
         seen.add(batch.epoch)
     return steady

@@ -97,6 +97,7 @@ LABELS: dict[str, tuple[str, str]] = {
     # crashes, stalls and fork hazards
     "deaths": ("deaths", ""),
     "worker_deaths": ("worker deaths", ""),
+    "restarts": ("restarts", ""),
     "epoch": ("epoch", ""),
     "batch": ("batch", ""),
     "index": ("sample index", ""),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 
+from loaderdoctor.plain.words import plural
 from loaderdoctor.recording.record import Recording, WorkerDeath
 from loaderdoctor.rules._common import mb, samples_by_worker
 from loaderdoctor.rules.finding import Finding
@@ -45,7 +46,7 @@ def _cause(rec: Recording, death: WorkerDeath, uss_mb: float | None) -> tuple[st
         )
     if code == -signal.SIGKILL:
         if death.oom_kill:
-            why = f"the kernel's OOM killer ended it{held}{memory}: the memory this job may use ran out"
+            why = f"the kernel's OOM killer ended it (SIGKILL){held}{memory}: the memory this job may use ran out"
         else:
             why = f"killed by SIGKILL{held}{memory}: the OOM killer or another process (kill -9) ended it"
         return (
@@ -99,8 +100,10 @@ def worker_crash(rec: Recording) -> Finding | None:
     crashed = rec.outcome == "crashed"
     worker = f"worker pid {death.pid}" if death.pid is not None else "a worker"
     where = f"batch {death.batch} of epoch {death.epoch}"
+    restarts = sum(epoch.restarts for epoch in rec.epochs)
     if crashed:
-        title = f"The loader crashed at {where}: {worker} {how}"
+        after = f" after {plural(restarts, 'restart')} (the guard's: it gave up)" if restarts else ""
+        title = f"The loader crashed at {where}{after}: {worker} {how}"
     else:
         title = f"{worker[0].upper()}{worker[1:]} {how} at {where}; the loader was started again"
     return Finding(
@@ -109,6 +112,7 @@ def worker_crash(rec: Recording) -> Finding | None:
         title=title,
         evidence={
             "deaths": len(rec.worker_deaths),
+            "restarts": restarts,
             "epoch": death.epoch,
             "batch": death.batch,
             "pid": death.pid,

@@ -16,6 +16,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from loaderdoctor.host.forkhazards import IteratorFacts, iterator_facts
 from loaderdoctor.tap.ceiling import CeilingTurns
 from loaderdoctor.tap.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
+from loaderdoctor.tap.signals import raise_if_stopping
+from loaderdoctor.workers.currentindex import InHand, NotingWorkerInit
 from loaderdoctor.workers.processes import exited_workers, worker_pids
 from loaderdoctor.workers.sampler import run_delay_s, thread_run_delay_s
 
@@ -199,7 +201,9 @@ class TapIterator:
         self.started_at = tap.clock()
         self.waiting_since: float | None = self.started_at  # iter() itself may block on worker start-up
         tap.current = self  # complete now, and before iter(): a watchdog sees a hang inside it too
-        self.inner = tap.open_iterator(tap.loader)
+        if self.started_workers:
+            raise_if_stopping()  # a job being stopped (its signal held back, or caught) starts no worker
+        self.inner = tap.open_torch_iterator()
         self.waiting_since = None
         self.pids = worker_pids(self.inner)
         tap.emit(IteratorCreated(epoch, facts, self.pids, tap.clock() - self.started_at))
@@ -352,6 +356,30 @@ class Tap:
         self._current: weakref.ref[TapIterator] | None = None
         self.waits = RecentWaits()  # the watchdog's yardstick; a guard hands the same one to each new tap
         self.ceiling: CeilingTurns | None = None  # data-free turns, when the run measures its ceiling
+        # The index each worker is loading (map-style datasets), read when one dies; with `note_in_workers`, the
+        # workers this tap's iter() starts note it there themselves (a guard's dataset notes its own instead).
+        self.in_hand: InHand | None = None
+        self.note_in_workers = False
+
+    def open_torch_iterator(self) -> Any:
+        """torch's iterator of the loader; the workers it starts (with `note_in_workers`) note the index they load
+        (their worker_init_fn is NotingWorkerInit for the time of iter(), then the user's again)."""
+        loader = self.loader
+        if not self.note_in_workers or self.in_hand is None or not starts_workers(loader):
+            return self.open_iterator(loader)
+        users = loader.worker_init_fn
+        try:
+            loader.worker_init_fn = NotingWorkerInit(self.in_hand, users)
+        except Exception:  # a loader that keeps its worker_init_fn its own way: no index named
+            return self.open_iterator(loader)
+        try:
+            return self.open_iterator(loader)
+        finally:
+            loader.worker_init_fn = users
+
+    def held(self, worker_id: int) -> int | None:
+        """The dataset index worker `worker_id` is loading (or was, when it died); None when unknown."""
+        return self.in_hand.read(worker_id) if self.in_hand is not None else None
 
     @property
     def current(self) -> TapIterator | None:

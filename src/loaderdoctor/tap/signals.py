@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import multiprocessing.popen_fork
 import os
 import signal
 import site
@@ -23,6 +24,18 @@ WATCH_EVERY_S = 0.005
 # How long a signal waits for the main thread to leave the standard library's code before it raises there anyway
 # (a thread.join() or a queue's get() may not return at all).
 WAIT_FOR_SAFE_S = 0.5
+# The signals that stop a whole job: a scheduler's (Slurm's scancel, Kubernetes, coreutils' timeout: SIGTERM to the
+# process group, its DataLoader workers with it), a terminal's (Ctrl-C, Ctrl-\\), a closed session's.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
+# Presses of Ctrl-C this close to the one before are one press (people press it three times within 40 ms): the
+# clean-up and the summary it starts are not cut short by the rest of the burst; a press after a pause insists.
+PRESS_BURST_S = 1.0
+# A worker ended by a stop signal within this long of this process getting the same one was stopped with the job
+# (the signal went to the whole group): each process gets it at once, and a worker's end comes a moment after.
+SAME_STOP_S = 5.0
+
+_stops: dict[int, float] = {}  # stop signal -> when this process last got it (time.monotonic())
+_stopping: list[SignalRaises] = []  # the handlers that took a stop signal as their own and raise it: the job ends
 
 
 def chain(previous: Any, signum: int, frame: Any) -> None:
@@ -49,6 +62,73 @@ def child_deaths_quiet() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGCHLD, previous)
+
+
+def note_stop(signum: int) -> None:
+    """This process got stop signal `signum` now (a handler of loaderdoctor's saw it, whoever handles it)."""
+    if signum in STOP_SIGNALS:
+        _stops[signum] = time.monotonic()
+
+
+def stopped_with_job(signum: int | None, at: float | None = None) -> bool:
+    """Whether a worker that stop signal `signum` ended (at `at`, time.monotonic(); now by default) was stopped with
+    this process: it got the same signal within SAME_STOP_S of then, as a signal to the whole process group does."""
+    got = _stops.get(signum) if signum is not None else None
+    when = time.monotonic() if at is None else at
+    return got is not None and abs(when - got) <= SAME_STOP_S
+
+
+def recent_stop(at: float | None = None) -> bool:
+    """Whether this process got a stop signal within SAME_STOP_S of `at` (now by default)."""
+    return any(stopped_with_job(signum, at) for signum in list(_stops))
+
+
+def raise_if_stopping() -> None:
+    """Where a loader would start workers: once a stop signal that loaderdoctor raises came (SIGTERM under `run`;
+    not Ctrl-C, which a program may catch to go on), its exception is raised here again, so that a job being
+    stopped starts no worker (its exception may have been held back, or caught by the program)."""
+    for handler in _stopping:
+        if handler.received is not None and handler.installed:
+            raise handler.make_exception(handler.received)
+
+
+_presses = 0  # Ctrl-Cs received while held (a burst counted once)
+_last_press = 0.0
+_held = False
+
+
+def hold_interrupt() -> None:
+    """Until release_interrupt(), Ctrl-C is recorded rather than raised (the rest of a burst too: see PRESS_BURST_S;
+    one after a pause raises at once: the user insists). Only in the main thread, and only where Ctrl-C has Python's
+    default handler (the command line's, while it imports)."""
+    global _held
+    if _held or not in_main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    signal.signal(signal.SIGINT, _record_press)
+    _held = True
+
+
+def release_interrupt() -> bool:
+    """Put Python's Ctrl-C handler back, where hold_interrupt() replaced it; whether Ctrl-C was pressed meanwhile."""
+    global _held, _presses
+    if not _held:
+        return False
+    if signal.getsignal(signal.SIGINT) is _record_press:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    pressed, _held, _presses = _presses > 0, False, 0
+    return pressed
+
+
+def _record_press(signum: int, frame: Any) -> None:
+    global _presses, _last_press
+    now = time.monotonic()
+    if _presses and now - _last_press < PRESS_BURST_S:
+        _last_press = now
+        return  # the same press, again
+    _presses, _last_press = _presses + 1, now
+    if _presses > 1:
+        release_interrupt()
+        raise KeyboardInterrupt
 
 
 def in_main_thread() -> bool:
@@ -109,11 +189,16 @@ class SignalRaises:
     swallowed (Python hands it to sys.unraisablehook, which is ours while installed, and nothing is printed).
     `received` is the signal once one came: a program that ends before the signal comes again was still ended by
     it. A handler that was in place before gets the signal instead (see chain); one set after replaces this one.
-    A forked child (a DataLoader worker) that gets the signal ends by it, as it would without this handler."""
+    A forked child (a DataLoader worker) that gets the signal ends by it, as it would without this handler.
+    With `burst_s`, a signal that comes within `burst_s` of the one before (a key pressed three times fast) is the
+    same one: noted, not raised again; one after a pause raises again. For SIGINT, Python's own handler
+    (KeyboardInterrupt) counts as none: this one takes its place."""
 
-    def __init__(self, signum: int, exception: Callable[[int], BaseException]) -> None:
+    def __init__(self, signum: int, exception: Callable[[int], BaseException], *, burst_s: float = 0.0) -> None:
         self.signum = signum
         self.received: int | None = None
+        self.burst_s = burst_s
+        self._last_at: float | None = None  # when the last signal came (see burst_s)
         self._exception = exception
         self._handler = TemporaryHandler(signum, self._handle)
         self._raised: BaseException | None = None  # the last exception raised, to know it when swallowed
@@ -145,16 +230,24 @@ class SignalRaises:
         return True
 
     def uninstall(self) -> None:
-        """Put back the handler and the unraisable hook it replaced, each unless another was set since."""
+        """Put back the handler and the unraisable hook it replaced, each unless another was set since. With
+        `burst_s`, a burst still under way is waited out first (at most 2 x burst_s): the rest of its presses would
+        otherwise reach the handler put back (Python's KeyboardInterrupt, in the interpreter's exit)."""
         if not self._handler.installed or not in_main_thread():
             return
+        given_up_at = time.monotonic() + 2 * self.burst_s
+        while self._in_burst() and time.monotonic() < given_up_at:
+            time.sleep(0.01)
         with self._lock:
             self._handler.uninstall()
             self._watching = None
+        if self in _stopping:
+            _stopping.remove(self)
         if sys.unraisablehook == self._unraisable and self._hook_before is not None:
             sys.unraisablehook = self._hook_before
         self._hook_before = self._raised = None
         self._pending = False
+        self._last_at = None
 
     def _unraisable(self, unraisable: Any) -> None:
         if self._raised is not None and unraisable.exc_value is self._raised:
@@ -163,11 +256,41 @@ class SignalRaises:
         if self._hook_before is not None:
             self._hook_before(unraisable)
 
+    def _in_burst(self) -> bool:
+        return self._last_at is not None and time.monotonic() - self._last_at < self.burst_s
+
+    def settle(self) -> None:
+        """The signal that came was taken as the end of what it stopped (a script): one held back is not sent again,
+        and the rest of its burst is absorbed; a signal after a pause (with `burst_s`) raises as usual."""
+        with self._lock:
+            self._pending = False
+            self._waiting_since = None
+            if self.received is not None:
+                self._last_at = time.monotonic()
+
+    def make_exception(self, signum: int) -> BaseException:
+        """The exception this handler raises for `signum`."""
+        return self._exception(signum)
+
     def _handle(self, signum: int, frame: Any, previous: Any) -> None:
-        if previous not in (signal.SIG_DFL, None) or os.getpid() != self._pid:
-            chain(previous, signum, frame)  # not ours, or a worker forked while installed: as if we were not there
+        if os.getpid() != self._pid:  # a worker forked while installed: as if we were not there
+            if not (callable(previous) and _in_fork_hooks(frame)):
+                chain(previous, signum, frame)
+            # else: in its fork hooks, whose exceptions Python only prints ("Exception ignored in: <function
+            # _after_fork>"); its parent, stopped too, ends it
             return
+        note_stop(signum)
+        if previous not in (signal.SIG_DFL, None, signal.default_int_handler):
+            chain(previous, signum, frame)  # not ours: as if we were not there
+            return
+        now = time.monotonic()
+        if not self._pending and self._last_at is not None and now - self._last_at < self.burst_s:
+            self._last_at = now
+            return  # the same press, again
+        self._last_at = now
         self.received = signum
+        if signum in STOP_SIGNALS and signum != signal.SIGINT and self not in _stopping:
+            _stopping.append(self)  # not Ctrl-C: a program may catch it and go on (to its validation, say)
         self._watch()
         now = time.monotonic()
         self._waiting_since = self._waiting_since or now
@@ -196,6 +319,36 @@ class SignalRaises:
                     signal.pthread_kill(threading.main_thread().ident or 0, self.signum)
 
 
+_forked_child_starting = False  # set just before a fork; in the child, until its fork hooks have run
+
+
+def _forking() -> None:
+    global _forked_child_starting
+    _forked_child_starting = True
+
+
+def _forked() -> None:
+    global _forked_child_starting
+    _forked_child_starting = False
+
+
+# A flag's toggle at each fork, registered once: a child's fork hooks (threading's, logging's) run after the
+# first and before the last (registered after them, as this module is imported after them).
+os.register_at_fork(before=_forking, after_in_parent=_forked, after_in_child=_forked)
+
+
+def _in_fork_hooks(frame: Any) -> bool:
+    """Whether a forked child runs its fork hooks, inside os.fork(): those registered before this module's (the flag),
+    or any while multiprocessing forks a process (its Popen has no pid yet)."""
+    if _forked_child_starting:
+        return True
+    while frame is not None:
+        if frame.f_code is _FORK_LAUNCH and "pid" not in getattr(frame.f_locals.get("self"), "__dict__", {"pid": 0}):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _in_standard_library(frame: Any) -> bool:
     """Whether `frame` runs the standard library's code (not an installed package's)."""
     name = frame.f_code.co_filename
@@ -208,3 +361,4 @@ _PACKAGES = tuple(
                                          sysconfig.get_paths()["platlib"])}
 )  # fmt: skip
 _UNRAISABLE_CODE = SignalRaises._unraisable.__code__
+_FORK_LAUNCH = multiprocessing.popen_fork.Popen._launch.__code__

@@ -27,6 +27,7 @@ import psutil
 from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.report import UnwatchedProcess
+from loaderdoctor.tap.signals import SignalRaises
 from loaderdoctor.watch import jobhook
 from loaderdoctor.watch.jobhook import JOB_ENV, PROCESS_FILE, RESULT_FILE
 from loaderdoctor.watch.jobprocess import process_rank
@@ -75,20 +76,28 @@ class JobRun(ScriptRun):
     unwatched: list[UnwatchedProcess] = field(default_factory=list)
 
 
-def run_job(script: Script, every: EveryLoader, *, guarded: bool, name: str | None, grace_s: float = GRACE_S) -> JobRun:
-    """Run `script` here (as run_script does) with its job marked: its own loaders, and those of every process it
-    started that wrote, joined; the processes that could not be watched named."""
+def run_job(
+    script: Script,
+    every: EveryLoader,
+    *,
+    guarded: bool,
+    name: str | None,
+    grace_s: float = GRACE_S,
+    presses: SignalRaises | None = None,
+) -> JobRun:
+    """Run `script` here (as run_script does, `presses` told) with its job marked: its own loaders, and those of
+    every process it started that wrote, joined; the processes that could not be watched named."""
     try:
         folder = Path(make_private_folder("loaderdoctor-job-"))
     except OSError as error:
         warnings.warn(f"loaderdoctor run: the processes the script starts are not watched (no job folder: {error})",
                       LoaderDoctorWarning, stacklevel=2)  # fmt: skip
-        run = run_script(script, every)
+        run = run_script(script, every, presses)
         return JobRun(run.exit_status, run.loaders, run.ended_by)
     try:
         _write_hook(folder)
         with _marked(folder, guarded=guarded, name=name):
-            run = run_script(script, every)
+            run = run_script(script, every, presses)
         return _joined(run, folder, process_rank(), grace_s)
     finally:
         remove_folder(folder)

@@ -29,8 +29,15 @@ from loaderdoctor.rules.ceiling import job_ceiling
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port, signal_session
-from loaderdoctor.tap.signals import child_deaths_quiet, in_main_thread
-from loaderdoctor.watch.script import Script, ScriptRun, run_script
+from loaderdoctor.tap.signals import (
+    PRESS_BURST_S,
+    SignalRaises,
+    child_deaths_quiet,
+    in_main_thread,
+    note_stop,
+    release_interrupt,
+)
+from loaderdoctor.watch.script import INTERRUPTED_STATUS, Script, ScriptRun, presses_of_ctrl_c, run_script
 from loaderdoctor.watch.scriptloaders import EveryLoader, LoaderRun
 
 # What the ranks read from their environment: where to write, and whether to guard.
@@ -130,7 +137,8 @@ class RankEnds:
     to each rank's own process: each ends its script, closes its watches (which end its workers) and writes
     what it measured. The launcher waits for them (`grace_s` at most, then their sessions are killed), then its
     launch ends as torch's does (SignalException, which also ends the ranks started meanwhile). A second signal
-    kills the ranks' sessions at once. The ranks still running when the launch ends (those started before one
+    kills the ranks' sessions at once (unless it is the rest of a burst: a key pressed three times fast is one
+    press). The ranks still running when the launch ends (those started before one
     that failed to start) are ended the same way. The ranks are the processes this one started meanwhile."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -142,6 +150,7 @@ class RankEnds:
         self._previous: dict[int, Any] = {}
         self._launching = False
         self._exception: Any = None
+        self._last_at = 0.0  # when the last signal came (time.monotonic())
 
     def __enter__(self) -> RankEnds:
         from torch.distributed.elastic.multiprocessing import SignalException
@@ -166,11 +175,16 @@ class RankEnds:
                     os.waitpid(pid, os.WNOHANG)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.received is not None:  # again: no more waiting
-            for pid in self._ranks():
+        note_stop(signum)
+        now = time.monotonic()
+        if self.received is not None:
+            if now - self._last_at < PRESS_BURST_S:  # the same Ctrl-C, pressed three times fast: the ranks end
+                self._last_at = now
+                return
+            for pid in self._ranks():  # again, after a pause: no more waiting
                 signal_session(pid, signal.SIGKILL)
             return
-        self.received = signum
+        self.received, self._last_at = signum, now
         self._end(signum)
         if self._launching:
             raise self._exception(f"loaderdoctor run got {signal.Signals(signum).name}", signal.Signals(signum))
@@ -269,7 +283,16 @@ def _plan(rec: Recording, world_size: int) -> DdpPlan | None:
 
 
 def _rank_main(argv: list[str]) -> int:
-    """One rank: the script run with its loaders watched, what they measured written for the launching node."""
+    """One rank: the script run with its loaders watched, what they measured written for the launching node. A
+    Ctrl-C (the launcher's, passed on) while the rank still imported ends it before its script starts (130,
+    nothing to write)."""
+    if release_interrupt():
+        return INTERRUPTED_STATUS
+    with presses_of_ctrl_c() as presses:
+        return _run_rank(argv, presses)
+
+
+def _run_rank(argv: list[str], presses: SignalRaises) -> int:
     module = bool(argv) and argv[0] == "-m"
     rest = argv[1:] if module else argv
     script = Script(rest[0], tuple(rest[1:]), module=module)
@@ -281,7 +304,7 @@ def _rank_main(argv: list[str]) -> int:
         ceiling=ceiling_from_env(),
         ceiling_only=ceiling_only_from_env(),
     )
-    run = run_script(script, every)
+    run = run_script(script, every, presses)
     with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
         return _write_rank_run(run, rank)
 

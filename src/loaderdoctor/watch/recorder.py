@@ -7,6 +7,7 @@ and batches are written as the probe writes them (recording/epochbook.py): only 
 
 from __future__ import annotations
 
+import signal
 import statistics
 import time
 import weakref
@@ -21,7 +22,10 @@ from loaderdoctor.loader.indexed import parse_sample_failures
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
 from loaderdoctor.recording.record import BatchRecord, Recording, SampleError, WorkerDeath, startup_batches
+from loaderdoctor.tap.deathwatch import WorkerEnd
 from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, BatchReplayed, EpochEnded, Event, IteratorCreated
+from loaderdoctor.tap.signals import stopped_with_job
+from loaderdoctor.workers.deaths import oom_kills, signal_name
 from loaderdoctor.workers.sampler import WorkerSampler
 
 # BatchRecords kept at most: past this, every other kept one goes (start-up batches always stay).
@@ -61,6 +65,7 @@ class RunRecorder:
             epoch, index, str(error)
         ),
         max_batches: int = MAX_BATCH_RECORDS,
+        oom_kills_before: int | None = None,
     ) -> None:
         self.clock = clock
         self.started = clock()
@@ -71,6 +76,9 @@ class RunRecorder:
         self._is_death = is_death
         self._death = death
         self._max_batches = max_batches
+        self._oom_kills_before = oom_kills_before
+        self._ends: list[WorkerEnd] = []  # workers' ends told by the death watch, not yet written as deaths
+        self._ended_at: dict[int, float] = {}  # pid -> when a death was recorded (a stop's is none: see finish)
         self.rec = Recording(
             settings=settings,
             start_method=settings.effective_start_method,
@@ -110,6 +118,8 @@ class RunRecorder:
     # The tap's events
 
     def on_event(self, event: Event) -> None:
+        if self._ends:
+            self._write_ends()  # before the event: a guard's restart after a death comes after it
         if isinstance(event, BatchDelivered):
             self._delivered(event)
         elif isinstance(event, IteratorCreated):
@@ -164,10 +174,55 @@ class RunRecorder:
 
     def worker_died(self, epoch: int, index: int, error: BaseException) -> None:
         """A worker's death, raised by next() at batch `index` or by torch's SIGCHLD handler wherever the main
-        thread was (a listener, say): the loop ends, unless a guard starts an iterator again (_iterator_created)."""
+        thread was (a listener, say): the loop ends, unless a guard starts an iterator again (_iterator_created).
+        The one the death watch told already (its pid) is not written twice; a stop's is not a death."""
         epoch = self.tally.epoch if self.tally is not None else epoch
-        self.rec.worker_deaths.append(self._death(epoch, index, error))
+        if self._ends:
+            self._write_ends()
+        death = self._death(epoch, index, error)
+        if stopped_with_job(signal_of(death.exitcode)):
+            return
+        if death.pid is not None and any(known.pid == death.pid for known in self.rec.worker_deaths):
+            self.rec.outcome = "crashed"
+            return
+        self._add_death(death, time.monotonic())
+
+    def note_end(self, end: WorkerEnd) -> None:
+        """A worker's end told by the death watch (in the main thread from its handler, or from its thread): only
+        kept here; written as a death at the next event or at finish()."""
+        self._ends.append(end)
+
+    def _write_ends(self) -> None:
+        ends, self._ends = self._ends, []
+        for end in ends:
+            if any(known.pid == end.pid for known in self.rec.worker_deaths):
+                continue
+            tally = self.tally
+            epoch = tally.epoch if tally is not None else 0
+            batch = tally.batches + tally.failed if tally is not None else 0
+            oom_now = oom_kills() if end.exitcode == -signal.SIGKILL else None
+            before = self._oom_kills_before
+            death = WorkerDeath(epoch, batch, _end_words(end), pid=end.pid, exitcode=end.exitcode, index=end.index,
+                                oom_kill=None if oom_now is None or before is None else oom_now > before)  # fmt: skip
+            self._add_death(death, end.at)
+
+    def _add_death(self, death: WorkerDeath, at: float) -> None:
+        self.rec.worker_deaths.append(death)
+        if death.pid is not None:
+            self._ended_at[death.pid] = at
         self.rec.outcome = "crashed"
+
+    def _stops_left_out(self) -> None:
+        """The deaths that a stop signal of the whole job caused (it reached this process as well) are no deaths:
+        left out once the run is over, when every stop that came is known."""
+        kept = [
+            death for death in self.rec.worker_deaths
+            if not stopped_with_job(signal_of(death.exitcode), self._ended_at.get(death.pid or -1))
+        ]  # fmt: skip
+        if len(kept) < len(self.rec.worker_deaths):
+            self.rec.worker_deaths = kept
+            if not kept and self.rec.outcome == "crashed":
+                self.rec.outcome = "completed"
 
     def _epoch_ended(self, event: EpochEnded) -> None:
         now = self.clock()
@@ -236,6 +291,9 @@ class RunRecorder:
         if self.finished:
             return rec
         self.finished = True
+        if self._ends:
+            self._write_ends()
+        self._stops_left_out()
         now = self.clock()
         self._end_epoch(now, "time")
         if settings is not None:
@@ -252,3 +310,13 @@ class RunRecorder:
         self.other_load.observe()
         rec.other_processes = self.other_load.busiest(rec.wall_s)
         return rec
+
+
+def signal_of(exitcode: int | None) -> int | None:
+    """The signal that ended a process of exit status `exitcode` (-N), None when none did."""
+    return -exitcode if exitcode is not None and exitcode < 0 else None
+
+
+def _end_words(end: WorkerEnd) -> str:
+    how = f"killed by {signal_name(end.exitcode)}" if end.exitcode < 0 else f"exited with status {end.exitcode}"
+    return f"DataLoader worker (pid {end.pid}) {how}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.plain.usercode import is_own_file
-from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet
+from loaderdoctor.tap.signals import PRESS_BURST_S, SignalRaises, child_deaths_quiet, stopped_with_job
 from loaderdoctor.watch.scriptloaders import EveryLoader, LoaderRun
 
 # The exit status of a script ended by Ctrl-C, as a shell reports a process that SIGINT ended.
@@ -62,10 +62,22 @@ class ScriptRun:
     ended_by: str | None = None  # "an exception", "Ctrl-C", "SIGTERM", or None when it ran to its end or exit()
 
 
-def run_script(script: Script, every: EveryLoader) -> ScriptRun:
+def presses_of_ctrl_c() -> SignalRaises:
+    """Ctrl-C as Python has it (KeyboardInterrupt in the main thread), for the time a script and its summary run:
+    never lost (where Python would swallow it: a __del__, a fork hook), and pressed three times fast it is one
+    press, so that the script's clean-up and the summary after it are not cut short by the rest of the burst (see
+    SignalRaises; a press after a pause raises again). Install it from the main thread, uninstall it after."""
+    return SignalRaises(signal.SIGINT, _interrupted, burst_s=PRESS_BURST_S)
+
+
+def _interrupted(signum: int) -> BaseException:
+    return KeyboardInterrupt()
+
+
+def run_script(script: Script, every: EveryLoader, presses: SignalRaises | None = None) -> ScriptRun:
     """Run `script` here with `every`'s hooks installed (and SIGTERM made an exit, so that a killed script still
     leaves its summary); then end every watch (which uninstalls the hooks). sys.argv, sys.path[0] and __main__
-    are restored."""
+    are restored. `presses` (presses_of_ctrl_c(), installed by the caller) tells a script that Ctrl-C ended."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     term = SignalRaises(signal.SIGTERM, _Terminated)  # unless the program had a handler of its own for it
     term.install()
@@ -81,9 +93,22 @@ def run_script(script: Script, every: EveryLoader) -> ScriptRun:
     # reports that very death. Quiet from here until every watch is closed (their workers ended).
     with child_deaths_quiet():
         try:
-            status, ended_by = _ending(error) if error is not None else (status, None)
-            if error is None and term.received is not None:  # swallowed, and the script ended before it came again
+            if presses is not None:
+                presses.settle()  # a Ctrl-C held back is not raised again in the summary
+            if term.received is not None:
+                # The script was ended by SIGTERM: by its exception, or by what the signal broke first (the workers
+                # it ended too, whose lost batch torch raises in next()), or its exception was swallowed and the
+                # script ended before it came again. As a plain `python` ends on SIGTERM: no traceback.
                 status, ended_by = 128 + term.received, "SIGTERM"
+            elif error is not None and presses is not None and presses.received and stopped_with_job(signal.SIGINT):
+                # Ctrl-C ended it: its KeyboardInterrupt, or what it broke first (the workers it stopped too)
+                if isinstance(error, KeyboardInterrupt):
+                    _print_exception(type(error), error, error.__traceback__)
+                status, ended_by = INTERRUPTED_STATUS, "Ctrl-C"
+            elif error is not None:
+                status, ended_by = _ending(error)
+            else:
+                ended_by = None
         finally:
             term.uninstall()
             sys.argv[:] = saved_argv

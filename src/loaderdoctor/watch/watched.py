@@ -120,12 +120,14 @@ class WatchedLoader:
             settings: Callable[[], Settings] = lambda: guarded.settings  # noqa: E731
             waiting: Callable[[], float | None] = lambda: None  # noqa: E731
             inner: Callable[[], Any] = guarded.torch_iterator
+            held: Callable[[int], int | None] = guarded.held
         else:
             fixed = LoaderSpec.from_loader(loader).settings
             settings = lambda: fixed  # noqa: E731
             tap = self._tap = Tap(loader, [], start_method=fixed.effective_start_method, open_iterator=open_iterator)
             waiting = lambda: getattr(tap.current, "waiting_since", None)  # noqa: E731
             inner = tap.torch_iterator
+            held = tap.held
         self._run = WatchRun(
             name,
             self._tap.listeners if self._tap is not None else guarded.listeners,  # type: ignore[union-attr]
@@ -137,6 +139,7 @@ class WatchedLoader:
             log_every_s=float(log_every_s),
             waiting_since=waiting,
             torch_iterator=inner,
+            held=held,
             log_diagnosis=log_diagnosis,
         )
         self._run.listeners.append(self._run.on_event)
@@ -161,7 +164,11 @@ class WatchedLoader:
         self._run.start()
         self._epoch += 1
         if self._tap is not None:
-            return self._tap.epoch(self._epoch)
+            tap = self._tap
+            if tap.in_hand is None and tap.loader.num_workers > 0 and not tap.fingerprints:  # map-style, workers
+                tap.in_hand = self._run.in_hand_slots(tap.loader.num_workers)
+                tap.note_in_workers = tap.in_hand is not None
+            return tap.epoch(self._epoch)
         if self._turns is None:
             return iter(self.loader)
         epoch, listeners = self._epoch, self._run.listeners

@@ -18,6 +18,7 @@ from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.history.records import now_iso
 from loaderdoctor.host.facts import OWN_THREAD_PREFIX
 from loaderdoctor.host.snapshot import HostSnapshot, take_snapshot
+from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.loader.facts import loader_facts
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.plain.background import BackgroundThread
@@ -28,11 +29,13 @@ from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.finding import Finding
+from loaderdoctor.tap import deathwatch
 from loaderdoctor.tap.ceiling import Ceiling
-from loaderdoctor.tap.iterator import EpochEnded, Event, is_worker_death
+from loaderdoctor.tap.iterator import EpochEnded, Event, IteratorCreated, is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
 from loaderdoctor.watch.rankceilings import JobStore, job_ceiling_finding, job_store
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
+from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.deaths import oom_kills, worker_death
 
 log = logging.getLogger("loaderdoctor")
@@ -55,6 +58,7 @@ class WatchRun:
         log_every_s: float,
         waiting_since: Callable[[], float | None],
         torch_iterator: Callable[[], Any],
+        held: Callable[[int], int | None] = lambda worker_id: None,
         log_diagnosis: bool = True,
     ) -> None:
         self.name = name
@@ -76,9 +80,14 @@ class WatchRun:
             sampler_epoch=lambda: sampler_epoch(user_loader),
             is_death=self.is_death,
             death=lambda epoch, index, error: worker_death(
-                torch_iterator(), epoch, index, error, oom_kills_before=oom_kills_before
+                torch_iterator(), epoch, index, error, held=held, oom_kills_before=oom_kills_before
             ),
+            oom_kills_before=oom_kills_before,
         )
+        # Deaths told by the workers' ends themselves, wherever torch raises them (tap/deathwatch.py)
+        self._torch_iterator, self._held = torch_iterator, held
+        self._follower: deathwatch.Follower | None = None
+        self._folder: str | None = None  # the watch's own, for the index each worker holds (in_hand_slots)
         recorder = self.recorder  # not self: a run and its sampler holding each other would keep the loader
         self.sampler = recorder.worker_sampler(lambda: recorder.worker_pids)
         self._ticker = BackgroundThread(OWN_THREAD_PREFIX + "watch", self._tick, log_every_s)
@@ -97,6 +106,7 @@ class WatchRun:
             self.running = True
             if self.ceiling is not None:
                 self.job = _job_store()
+            self._follower = deathwatch.follow(self._torch_iterator, self._held, self.recorder.note_end)
             self.sampler.start()
             self._ticker.start()
 
@@ -108,6 +118,8 @@ class WatchRun:
             self.recorder.on_event(event)
             if isinstance(event, EpochEnded):
                 self._log_epoch_end(event)
+            elif isinstance(event, IteratorCreated) and event.worker_pids:
+                deathwatch.workers_started()
         except Exception as error:
             # torch's SIGCHLD handler raises a worker's death wherever the main thread is, here too (and a guard's
             # handler its watchdog's interrupt): the loop's (the guard's) to handle, and the recording goes on. Any
@@ -123,6 +135,16 @@ class WatchRun:
                 LoaderDoctorWarning,
                 stacklevel=2,
             )
+
+    def in_hand_slots(self, num_workers: int) -> InHand | None:
+        """Where each worker of the loader notes the index it is loading (in a folder of the watch's own, removed at
+        close()); None when no folder can be made (a death then names no index)."""
+        try:
+            self._folder = self._folder or make_private_folder("loaderdoctor-watch-")
+            return InHand(self._folder, num_workers)
+        except OSError as error:
+            log.debug("loaderdoctor watch '%s': no index in hand: %s", self.name, error)
+            return None
 
     # Progress lines
 
@@ -197,6 +219,10 @@ class WatchRun:
         self.closed = True
         self._ticker.stop()
         self.sampler.stop()
+        if self._follower is not None:
+            deathwatch.unfollow(self._follower)
+        if self._folder is not None:
+            remove_folder(self._folder)
         with contextlib.suppress(ValueError):
             self.listeners.remove(self.on_event)  # the tap (or guard) and this run held each other: now apart
         job = None

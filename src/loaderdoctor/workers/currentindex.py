@@ -76,3 +76,52 @@ class InHand:
             return None
         (value,) = _SLOT.unpack(data)
         return None if value == _NONE else value
+
+
+class NotingWorkerInit:
+    """A loader's worker_init_fn while its iterator starts workers (see tap/iterator.py): in each worker it maps
+    `in_hand` and notes there the index of every sample the worker's fetcher loads (torch's map-style fetcher, in
+    that worker process only), then runs the user's own `worker_init_fn`. The user's dataset, sampler and batches
+    are untouched. A dataset that loads a batch at once (`__getitems__`) leaves the index unknown."""
+
+    def __init__(self, in_hand: InHand, worker_init_fn: Any) -> None:
+        self.in_hand = in_hand
+        self.worker_init_fn = worker_init_fn
+
+    def __call__(self, worker_id: int) -> None:
+        try:
+            self.in_hand.attach(worker_id)
+            _note_fetches(self.in_hand)
+        except Exception:  # a worker that cannot note its index loads as it would without
+            pass
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker_id)
+
+
+def _note_fetches(in_hand: InHand) -> None:
+    """In a worker: torch's map-style fetcher notes each index in `in_hand` while it loads it."""
+    from torch.utils.data._utils import fetch
+
+    fetcher = fetch._MapDatasetFetcher
+    original = fetcher.fetch
+    if getattr(original, "_notes_in_hand", False):
+        return
+
+    def noted(self: Any, possibly_batched_index: Any) -> Any:
+        dataset = self.dataset
+        if self.auto_collation and getattr(dataset, "__getitems__", None):
+            return original(self, possibly_batched_index)
+        try:
+            if not self.auto_collation:
+                in_hand.loading(possibly_batched_index)
+                return self.collate_fn(dataset[possibly_batched_index])
+            data = []
+            for index in possibly_batched_index:
+                in_hand.loading(index)
+                data.append(dataset[index])
+        finally:
+            in_hand.done()
+        return self.collate_fn(data)
+
+    noted._notes_in_hand = True  # type: ignore[attr-defined]
+    fetcher.fetch = noted  # type: ignore[method-assign]

@@ -5,6 +5,20 @@ from __future__ import annotations
 import multiprocessing.connection
 from typing import Any
 
+_killed: set[int] = set()  # workers loaderdoctor itself ended (a stall's): their end is no death of theirs
+_KILLED_KEPT = 4096
+
+
+def note_killed(pids: list[int]) -> None:
+    """loaderdoctor is ending these workers itself (SIGKILL after a stall)."""
+    if len(_killed) > _KILLED_KEPT:
+        _killed.clear()
+    _killed.update(pids)
+
+
+def killed_by_loaderdoctor(pid: int) -> bool:
+    return pid in _killed
+
 
 def worker_processes(iterator: Any) -> list[Any]:
     """A DataLoader iterator's worker processes (multiprocessing.Process; none for single-process loading)."""

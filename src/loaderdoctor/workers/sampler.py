@@ -19,6 +19,7 @@ from loaderdoctor.host.facts import OWN_THREAD_PREFIX, thread_frames
 from loaderdoctor.plain.background import BackgroundThread
 from loaderdoctor.plain.frames import StackFrame
 from loaderdoctor.plain.usercode import is_user_frame
+from loaderdoctor.workers.processes import note_killed
 from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
 
 STACK_SIGNAL = signal.SIGUSR1
@@ -287,6 +288,7 @@ def stuck_frame(frames: list[StackFrame]) -> StackFrame | None:
 def kill_workers(pids: list[int]) -> None:
     """SIGKILL the workers: a stuck worker may ignore anything gentler. The DataLoader then notices that they
     died and raises in the next() that waits on them."""
+    note_killed(pids)
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)

@@ -70,6 +70,23 @@ def test_a_death_the_guard_recovered_from_is_a_warning_not_a_crash():
     assert "started again" in finding.title
 
 
+def test_a_crash_after_the_guards_restarts_says_them_and_leads_a_loop_that_waited_on_them():
+    from loaderdoctor.recording.record import BatchRecord, EpochRecord
+
+    deaths = [WorkerDeath(0, 14, "killed", pid=pid, exitcode=-11, index=137) for pid in (9, 10, 11, 12)]
+    steady = [BatchRecord(0, i, 0.001, 0.0, 0.04, 64, 8) for i in range(14)]
+    restarts = [BatchRecord(0, 14 + i, 2.5, 0.0, 0.04, 64, 8, after_restart=True) for i in range(3)]
+    epoch = EpochRecord(0, 0.05, 17, 8.2, [5, 6], "worker-died", restarts=3)
+    rec = _crashed(deaths[0], settings=Settings(num_workers=2), batches=[*steady, *restarts], epochs=1)
+    rec.worker_deaths, rec.epochs = deaths, [epoch]
+    (main, *rest) = diagnose(rec)
+    assert (main.rule, main.severity) == ("worker-crash", "critical")
+    assert "after 3 restarts" in main.title and "dataset[137]" in main.title and "SIGSEGV" in main.title
+    assert main.evidence["restarts"] == 3 and main.evidence["deaths"] == 4
+    # 7.5 s of the loop's waiting was the restarts' (their workers starting again): not waiting on steady loading
+    assert not [f for f in rest if f.rule == "input-bound"]
+
+
 def test_a_worker_init_fn_error_is_critical_and_named_as_such():
     rec = make_recording(outcome="crashed", worker_init_error="ValueError: no config (at data.py:12 in init)")
     (main, *_) = diagnose(rec)

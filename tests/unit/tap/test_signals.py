@@ -225,3 +225,81 @@ def test_a_process_forked_while_a_signal_raises_ends_by_that_signal_as_without_i
         _, status = os.waitpid(child, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGUSR2, status
     assert raises.received is None
+
+
+@pytest.fixture
+def sigint():
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_pressed_three_times_fast_is_one_press_and_one_after_a_pause_raises_again(sigint, monkeypatch):
+    from loaderdoctor.tap import signals
+
+    monkeypatch.setattr(signals, "_stops", {})
+    clock = [100.0]
+    monkeypatch.setattr(signals.time, "monotonic", lambda: clock[0])
+    presses = signals.SignalRaises(signal.SIGINT, lambda signum: KeyboardInterrupt(), burst_s=1.0)
+    with presses:
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # Python's own handler counts as none: this one takes its place
+        for _ in range(2):  # the rest of the burst, 20 ms apart: the clean-up it started is not cut short
+            clock[0] += 0.02
+            signal.raise_signal(signal.SIGINT)
+        clock[0] += 1.5  # a press after a pause: the user insists
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        presses.settle()  # taken as the end of what it stopped: the rest of this burst is absorbed too
+        clock[0] += 0.5
+        signal.raise_signal(signal.SIGINT)
+        clock[0] += 1.5  # the burst is over: uninstalling does not wait for its rest
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signals.stopped_with_job(signal.SIGINT, at=clock[0] - 1.5)  # noted as the job's stop signal
+    assert not signals.stopped_with_job(signal.SIGINT, at=clock[0] + signals.SAME_STOP_S + 1)
+
+
+def test_a_loader_started_after_sigterm_raises_the_stop_again_but_not_after_ctrl_c(sigint, monkeypatch):
+    from loaderdoctor.tap import signals
+
+    monkeypatch.setattr(signals, "_stops", {})
+    before = signal.getsignal(signal.SIGTERM)
+
+    class Stopped(BaseException):
+        pass
+
+    term = signals.SignalRaises(signal.SIGTERM, lambda signum: Stopped())
+    presses = signals.SignalRaises(signal.SIGINT, lambda signum: KeyboardInterrupt())
+    with term, presses:
+        signals.raise_if_stopping()  # nothing came: nothing raised
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signals.raise_if_stopping()  # Ctrl-C may be caught to go on: no stop
+        with pytest.raises(Stopped):
+            signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(Stopped):  # caught by the program, and raised again where workers would start
+            signals.raise_if_stopping()
+    signals.raise_if_stopping()  # uninstalled: the job it stopped is over
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_uninstalling_waits_out_a_burst_under_way_so_that_its_rest_reaches_no_handler_put_back(sigint, monkeypatch):
+    import threading
+    import time
+
+    from loaderdoctor.tap import signals
+
+    monkeypatch.setattr(signals, "_stops", {})
+    presses = signals.SignalRaises(signal.SIGINT, lambda signum: KeyboardInterrupt(), burst_s=0.3)
+    main = threading.main_thread().ident
+    presses.install()
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    later = threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT))  # the burst's last press
+    later.start()
+    started = time.monotonic()
+    presses.uninstall()  # absorbs it, then puts Python's handler back
+    later.join()
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -109,6 +109,8 @@ def test_a_guards_restart_stays_in_its_epoch_and_failures_are_recorded():
     # starts again at 0: one numbering of an epoch's batches, the probe's too (recording/epochbook.py).
     assert [b.index for b in rec.batches] == [0, 2]
     assert [(e.batch, e.error_type) for e in rec.sample_errors] == [(1, "ValueError")]
+    # The restart's first batch holds its workers' start-up: not steady running, and the epoch says it restarted.
+    assert [b.after_restart for b in rec.batches] == [False, True] and rec.epochs[0].restarts == 1
 
 
 def test_a_long_run_keeps_a_bounded_even_thinning_and_counts_every_batch():
@@ -196,3 +198,71 @@ def test_the_run_samples_its_workers_at_once_as_those_an_iter_started_have_each_
             clock.now += 0.01
             recorder.on_event(BatchDelivered(epoch, index, 0.01, 0.0, 64, 4, 0.01 if index == 0 else None))
     assert woken == [1, 9]  # at batch 1 of epochs 0 and 2 (the batches delivered before it: 1, then 9)
+
+
+def _started(recorder: RunRecorder, clock: Clock, batches: int = 3) -> None:
+    recorder.on_event(IteratorCreated(0, None, [11, 12], 0.0))
+    for index in range(batches):
+        clock.now += 0.01
+        recorder.on_event(BatchDelivered(0, index, 0.01, 0.0, 64, 4, 0.01 if index == 0 else None))
+
+
+def test_a_workers_end_the_death_watch_told_is_a_death_where_the_loop_was_with_the_index_it_held(monkeypatch):
+    from loaderdoctor.tap import signals
+    from loaderdoctor.tap.deathwatch import WorkerEnd
+
+    monkeypatch.setattr(signals, "_stops", {})
+    clock = Clock()
+    recorder = _recorder(clock, workers=2)
+    _started(recorder, clock)
+    recorder.note_end(WorkerEnd(12, 1, -11, 137, 5.0))  # told from torch's SIGCHLD, wherever the loop was
+    rec = recorder.finish()
+    assert [(d.epoch, d.batch, d.pid, d.exitcode, d.index) for d in rec.worker_deaths] == [(0, 3, 12, -11, 137)]
+    assert rec.outcome == "crashed"
+    finding = diagnose(rec)[0]
+    assert (finding.rule, finding.severity, finding.evidence["index"]) == ("worker-crash", "critical", 137)
+
+
+def test_a_death_told_twice_is_written_once_and_the_told_one_keeps_its_index(monkeypatch):
+    from loaderdoctor.recording.record import WorkerDeath
+    from loaderdoctor.tap import signals
+    from loaderdoctor.tap.deathwatch import WorkerEnd
+
+    monkeypatch.setattr(signals, "_stops", {})
+    clock = Clock()
+
+    def death(epoch, index, error):
+        return WorkerDeath(epoch, index, str(error), pid=12, exitcode=-11)
+
+    recorder = _recorder(clock, workers=2, is_death=lambda error: True, death=death)
+    _started(recorder, clock)
+    recorder.note_end(WorkerEnd(12, 1, -11, 137, 5.0))
+    recorder.on_event(BatchFailed(0, 3, 0.0, RuntimeError("DataLoader worker (pid 12) is killed by signal")))
+    rec = recorder.finish()
+    assert [(d.pid, d.index) for d in rec.worker_deaths] == [(12, 137)]
+
+
+def test_workers_stopped_with_the_job_are_no_deaths(monkeypatch):
+    import signal
+    import time
+
+    from loaderdoctor.recording.record import WorkerDeath
+    from loaderdoctor.tap import signals
+    from loaderdoctor.tap.deathwatch import WorkerEnd
+
+    monkeypatch.setattr(signals, "_stops", {})
+    clock = Clock()
+    term = -signal.SIGTERM
+
+    def death(epoch, index, error):
+        return WorkerDeath(epoch, index, str(error), pid=11, exitcode=term)
+
+    recorder = _recorder(clock, workers=2, is_death=lambda error: True, death=death)
+    _started(recorder, clock)
+    recorder.note_end(WorkerEnd(12, 1, term, None, time.monotonic()))  # told before this process got its SIGTERM
+    recorder.on_event(BatchFailed(0, 3, 0.0, RuntimeError("DataLoader worker (pid 11) is killed by signal")))
+    assert len(recorder.rec.worker_deaths) == 2  # deaths, as far as anyone knows yet
+    signals.note_stop(signal.SIGTERM)  # the scheduler's SIGTERM to the whole group reaches this process
+    rec = recorder.finish()
+    assert rec.worker_deaths == [] and rec.outcome == "completed"
+    assert not [f for f in diagnose(rec) if f.rule == "worker-crash"]

@@ -77,3 +77,52 @@ def test_the_killer_is_reported_as_skipped(tmp_path, index):
     samples = GuardedSamples(Batched(), str(report), killers={5: "killed by signal 11"})
     samples[Request(index, (0, 0))]
     assert '"error_type": "KilledItsWorker"' in report.read_text()
+
+
+def test_a_workers_fetcher_notes_each_index_while_it_loads_it_and_nothing_between(tmp_path, monkeypatch):
+    """NotingWorkerInit, as a worker runs it: torch's map-style fetcher (in that process) notes the index of each
+    sample while the user's dataset loads it; the dataset, the batch and the user's worker_init_fn are untouched."""
+    from torch.utils.data._utils import fetch
+    from torch.utils.data._utils.collate import default_collate
+
+    from loaderdoctor.workers.currentindex import NotingWorkerInit
+
+    monkeypatch.setattr(fetch._MapDatasetFetcher, "fetch", fetch._MapDatasetFetcher.fetch)  # put back after
+    slots = InHand(str(tmp_path), 2)
+    seen: list[tuple[int, int | None]] = []
+
+    class Squares:
+        def __getitem__(self, index):
+            seen.append((index, slots.read(1)))
+            return index * index
+
+    users: list[int] = []
+    pickle.dumps(NotingWorkerInit(slots, None))  # spawn hands it to each worker
+    hook = NotingWorkerInit(pickle.loads(pickle.dumps(slots)), users.append)  # the worker's copy of the slots
+    hook(1)  # in worker 1, as it starts
+    assert users == [1]
+    fetcher = fetch._MapDatasetFetcher(Squares(), True, default_collate, False)
+    assert fetcher.fetch([3, 5]).tolist() == [9, 25]
+    assert seen == [(3, 3), (5, 5)] and slots.read(1) is None  # noted while loading each, none between
+    single = fetch._MapDatasetFetcher(Squares(), False, lambda sample: sample, False)
+    assert single.fetch(7) == 49 and seen[-1] == (7, 7)
+
+
+def test_a_dataset_that_loads_a_batch_at_once_names_no_index(tmp_path, monkeypatch):
+    from torch.utils.data._utils import fetch
+    from torch.utils.data._utils.collate import default_collate
+
+    from loaderdoctor.workers.currentindex import NotingWorkerInit
+
+    monkeypatch.setattr(fetch._MapDatasetFetcher, "fetch", fetch._MapDatasetFetcher.fetch)
+    slots = InHand(str(tmp_path), 1)
+    read: list[int | None] = []
+
+    class Rows:
+        def __getitems__(self, indices):
+            read.append(slots.read(0))
+            return list(indices)
+
+    NotingWorkerInit(pickle.loads(pickle.dumps(slots)), None)(0)
+    assert fetch._MapDatasetFetcher(Rows(), True, default_collate, False).fetch([1, 2]).tolist() == [1, 2]
+    assert read == [None]
