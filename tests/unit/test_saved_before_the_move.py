@@ -43,6 +43,8 @@ ADDED_SINCE = {
     "share_of_ceiling": None,
     "before_share_of_ceiling": None,
     "unwatched": [],  # a run's processes that could not be watched
+    "restarts": 0,  # an epoch's: iterators a guard started again within it
+    "after_restart": False,  # a batch's: one of the first after such a restart
 }
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 DERIVED_SINCE = {"batches_per_s_range"}

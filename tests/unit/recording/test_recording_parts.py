@@ -32,6 +32,9 @@ def test_a_recording_saved_before_its_parts_moved_down_saves_the_same_json():
     saved_again = rec.to_dict()
     for batch in saved_again["batches"]:  # fields added since, at their defaults: the only difference allowed
         assert batch.pop("step_run_delay_s") is None
+        assert batch.pop("after_restart") is False
+    for epoch in saved_again["epochs"]:
+        assert epoch.pop("restarts") == 0
     assert saved_again.pop("ceiling") is None
     assert json.dumps(saved_again, indent=1) + "\n" == text
 
