@@ -1,8 +1,9 @@
 """loaderdoctor: find out why a PyTorch training job waits on its data, and prove the fix by measuring it.
 
-The public names are imported when first used (PEP 562): a process that needs one class of loaderdoctor's (a
-spawned DataLoader worker unpickling the guard's dataset, or the hook that names the sample a worker held) imports
-that module alone, not the whole command line with it (0.7 s of a worker's start-up, measured here)."""
+In a process that multiprocessing started (a spawned DataLoader worker unpickling the guard's dataset, or the hook
+that names the sample a worker holds) the public names are imported when first used (PEP 562): that process imports
+the one module it needs, not the whole command line (0.7 s of a worker's start-up, measured here). Elsewhere they
+are imported at once, as they always were (which also lends every report its display: commands/showing.py)."""
 
 import sys
 import types
@@ -68,6 +69,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'loaderdoctor' has no attribute {name!r}")
     import importlib
 
+    importlib.import_module("loaderdoctor.commands.showing")  # a report shows itself (its _repr_html_, __str__)
     module, attribute = _PUBLIC[name]
     value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value  # found directly from now on
@@ -108,3 +110,16 @@ __all__ = [
     "unpatch",
     "watch",
 ]
+
+
+def _started_by_multiprocessing() -> bool:
+    """Whether multiprocessing started this process (its spawn or forkserver children say so on their command
+    line), which imports loaderdoctor to unpickle one of its classes."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    return "--multiprocessing-fork" in argv or any(word.startswith("from multiprocessing.") for word in argv)
+
+
+if not _started_by_multiprocessing():
+    for _name in _PUBLIC:
+        __getattr__(_name)
+    del _name
