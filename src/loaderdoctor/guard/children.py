@@ -11,11 +11,11 @@ process's children, so no SIGCHLD comes by itself).
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from typing import Any, Protocol
 
+from loaderdoctor.tap.deathwatch import exit_status
 from loaderdoctor.tap.signals import TemporaryHandler
 
 
@@ -101,13 +101,7 @@ def _on_sigchld(signum: int, frame: Any, previous: Any) -> None:
 def _failed(pid: int) -> bool:
     """Whether the child `pid` ended as torch's handler counts a failure (killed by a signal, or a non-zero exit
     status), seen without reaping it, as torch looks (waitid with WNOWAIT): from the process, not the message."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    if info is None:
-        return False
-    return info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) or info.si_status != 0
+    return bool(exit_status(pid))
 
 
 _handler = TemporaryHandler(signal.SIGCHLD, _on_sigchld)  # installed while guarded workers live

@@ -102,6 +102,19 @@ def exit_status(pid: int) -> int | None:
     return info.si_status
 
 
+def ended_with_job(exitcode: int | None, at: float | None = None) -> bool:
+    """Whether a worker that ended so (at `at`, time.monotonic(); now by default) was stopped with this process: by
+    the stop signal it got too (a scheduler's SIGTERM to the whole process group), cleanly while this process got a
+    stop signal (torch's workers catch Ctrl-C's KeyboardInterrupt and exit with status 0; torch's own SIGTERM handler
+    exits 0 when the parent sent it), or with status 1 on Ctrl-C (a worker still starting: multiprocessing prints its
+    KeyboardInterrupt and exits 1)."""
+    if exitcode is not None and exitcode < 0:
+        return stopped_with_job(-exitcode, at)
+    if exitcode == 1:
+        return stopped_with_job(signal.SIGINT, at)
+    return exitcode == 0 and recent_stop(at)
+
+
 def _look(now: float) -> None:
     """Tell (or hold for the grace) every followed worker that ended other than cleanly since the last look."""
     for follower in list(_followers):

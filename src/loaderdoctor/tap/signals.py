@@ -35,7 +35,7 @@ PRESS_BURST_S = 1.0
 SAME_STOP_S = 5.0
 
 _stops: dict[int, float] = {}  # stop signal -> when this process last got it (time.monotonic())
-_stopping: list[SignalRaises] = []  # the handlers that took a stop signal as their own and raise it: the job ends
+_installed: list[SignalRaises] = []  # the SignalRaises in place now
 
 
 def chain(previous: Any, signum: int, frame: Any) -> None:
@@ -84,12 +84,13 @@ def recent_stop(at: float | None = None) -> bool:
 
 
 def raise_if_stopping() -> None:
-    """Where a loader would start workers: once a stop signal that loaderdoctor raises came (SIGTERM under `run`;
-    not Ctrl-C, which a program may catch to go on), its exception is raised here again, so that a job being
-    stopped starts no worker (its exception may have been held back, or caught by the program)."""
-    for handler in _stopping:
-        if handler.received is not None and handler.installed:
-            raise handler.make_exception(handler.received)
+    """Where a loader would start workers (a safe point: loaderdoctor's own code): once a stop signal that
+    loaderdoctor raises came (SIGTERM under `run`), its exception is raised here again, so that a job being stopped
+    starts no worker (its exception may have been caught by the program); a Ctrl-C whose KeyboardInterrupt is still
+    held back (it came in the standard library's code) is raised here, before any worker starts. A Ctrl-C already
+    raised is not raised again: a program may catch it and go on (to its validation, say)."""
+    for handler in list(_installed):
+        handler.raise_held_or_stop()
 
 
 _presses = 0  # Ctrl-Cs received while held (a burst counted once)
@@ -227,6 +228,7 @@ class SignalRaises:
         self._pid = os.getpid()
         self._hook_before = sys.unraisablehook
         sys.unraisablehook = self._unraisable
+        _installed.append(self)
         return True
 
     def uninstall(self) -> None:
@@ -241,8 +243,8 @@ class SignalRaises:
         with self._lock:
             self._handler.uninstall()
             self._watching = None
-        if self in _stopping:
-            _stopping.remove(self)
+        if self in _installed:
+            _installed.remove(self)
         if sys.unraisablehook == self._unraisable and self._hook_before is not None:
             sys.unraisablehook = self._hook_before
         self._hook_before = self._raised = None
@@ -268,9 +270,20 @@ class SignalRaises:
             if self.received is not None:
                 self._last_at = time.monotonic()
 
-    def make_exception(self, signum: int) -> BaseException:
-        """The exception this handler raises for `signum`."""
-        return self._exception(signum)
+    def raise_held_or_stop(self) -> None:
+        """Raise the exception of a signal that came and is held back (see raise_if_stopping), or of a stop signal
+        other than Ctrl-C that came at all (the job ends: raised again wherever it is asked). In the main thread only,
+        where the signal's exception belongs."""
+        if self.received is None or not self.installed or not in_main_thread():
+            return
+        if self._pending:
+            with self._lock:
+                self._pending = False  # raised now: the watcher sends it no more
+                self._waiting_since = None
+            raised = self._raised = self._exception(self.received)
+            raise raised
+        if self.received in STOP_SIGNALS and self.received != signal.SIGINT:
+            raise self._exception(self.received)
 
     def _handle(self, signum: int, frame: Any, previous: Any) -> None:
         if os.getpid() != self._pid:  # a worker forked while installed: as if we were not there
@@ -289,8 +302,6 @@ class SignalRaises:
             return  # the same press, again
         self._last_at = now
         self.received = signum
-        if signum in STOP_SIGNALS and signum != signal.SIGINT and self not in _stopping:
-            _stopping.append(self)  # not Ctrl-C: a program may catch it and go on (to its validation, say)
         self._watch()
         now = time.monotonic()
         self._waiting_since = self._waiting_since or now

@@ -22,9 +22,8 @@ from loaderdoctor.loader.indexed import parse_sample_failures
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
 from loaderdoctor.recording.record import BatchRecord, Recording, SampleError, WorkerDeath, startup_batches
-from loaderdoctor.tap.deathwatch import WorkerEnd
+from loaderdoctor.tap.deathwatch import WorkerEnd, ended_with_job
 from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, BatchReplayed, EpochEnded, Event, IteratorCreated
-from loaderdoctor.tap.signals import stopped_with_job
 from loaderdoctor.workers.deaths import oom_kills, signal_name
 from loaderdoctor.workers.sampler import WorkerSampler
 
@@ -180,7 +179,7 @@ class RunRecorder:
         if self._ends:
             self._write_ends()
         death = self._death(epoch, index, error)
-        if stopped_with_job(signal_of(death.exitcode)):
+        if ended_with_job(death.exitcode):
             return
         if death.pid is not None and any(known.pid == death.pid for known in self.rec.worker_deaths):
             self.rec.outcome = "crashed"
@@ -217,7 +216,7 @@ class RunRecorder:
         left out once the run is over, when every stop that came is known."""
         kept = [
             death for death in self.rec.worker_deaths
-            if not stopped_with_job(signal_of(death.exitcode), self._ended_at.get(death.pid or -1))
+            if not ended_with_job(death.exitcode, self._ended_at.get(death.pid or -1))
         ]  # fmt: skip
         if len(kept) < len(self.rec.worker_deaths):
             self.rec.worker_deaths = kept
@@ -310,11 +309,6 @@ class RunRecorder:
         self.other_load.observe()
         rec.other_processes = self.other_load.busiest(rec.wall_s)
         return rec
-
-
-def signal_of(exitcode: int | None) -> int | None:
-    """The signal that ended a process of exit status `exitcode` (-N), None when none did."""
-    return -exitcode if exitcode is not None and exitcode < 0 else None
 
 
 def _end_words(end: WorkerEnd) -> str:

@@ -273,6 +273,12 @@ def test_a_loader_started_after_sigterm_raises_the_stop_again_but_not_after_ctrl
     presses = signals.SignalRaises(signal.SIGINT, lambda signum: KeyboardInterrupt())
     with term, presses:
         signals.raise_if_stopping()  # nothing came: nothing raised
+        monkeypatch.setattr(signals, "WATCH_EVERY_S", 30.0)  # its watcher sends it again only once the test is over
+        monkeypatch.setattr(signals, "_in_standard_library", lambda frame: True)
+        signal.raise_signal(signal.SIGINT)  # held back: it came in the standard library's code
+        monkeypatch.setattr(signals, "_in_standard_library", lambda frame: False)
+        with pytest.raises(KeyboardInterrupt):  # raised where workers would start, before any does
+            signals.raise_if_stopping()
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(signal.SIGINT)
         signals.raise_if_stopping()  # Ctrl-C may be caught to go on: no stop

@@ -266,3 +266,32 @@ def test_workers_stopped_with_the_job_are_no_deaths(monkeypatch):
     rec = recorder.finish()
     assert rec.worker_deaths == [] and rec.outcome == "completed"
     assert not [f for f in diagnose(rec) if f.rule == "worker-crash"]
+
+
+def test_a_worker_that_ended_cleanly_on_ctrl_c_is_no_death(monkeypatch):
+    """torch's workers catch the KeyboardInterrupt that a terminal's Ctrl-C raises in them too, and exit with status
+    0 (1 when it comes as one starts): torch then calls them "exited unexpectedly". With this process's own stop a
+    moment before, that is the stop's doing; without one, it is a death."""
+    import signal
+
+    from loaderdoctor.recording.record import WorkerDeath
+    from loaderdoctor.tap import signals
+
+    monkeypatch.setattr(signals, "_stops", {})
+
+    for exitcode, stop in [(0, signal.SIGINT), (1, signal.SIGINT), (0, signal.SIGTERM), (1, signal.SIGTERM), (0, None)]:
+
+        def death(epoch, index, error, exitcode=exitcode):
+            return WorkerDeath(epoch, index, str(error), pid=11, exitcode=exitcode)
+
+        clock = Clock()
+        recorder = _recorder(clock, workers=2, is_death=lambda error: True, death=death)
+        _started(recorder, clock)
+        if stop is not None:
+            signals.note_stop(stop)
+        recorder.on_event(BatchFailed(0, 3, 0.0, RuntimeError("DataLoader worker (pid(s) 11) exited unexpectedly")))
+        rec = recorder.finish()
+        # Status 1 is a Python worker's own end on Ctrl-C (a KeyboardInterrupt as it starts), not on SIGTERM
+        stopped = stop is not None and (exitcode == 0 or stop == signal.SIGINT)
+        assert [d.pid for d in rec.worker_deaths] == ([] if stopped else [11]), (exitcode, stop)
+        monkeypatch.setattr(signals, "_stops", {})
