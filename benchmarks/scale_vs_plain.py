@@ -26,7 +26,7 @@ MEASURE_S = 8.0
 
 def plain_rank(target: str, seconds: float) -> None:
     """One rank of the plain loop (run by torchrun): a training loop as a user writes it."""
-    from loaderdoctor.target import resolve as targets
+    from loaderdoctor.targets import resolve as targets
 
     dist.init_process_group("gloo")
     resolved = targets.resolve(target)

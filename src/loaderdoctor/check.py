@@ -23,7 +23,7 @@ from loaderdoctor.rules.data import duplicate_samples
 from loaderdoctor.rules.locks import lock_free_provable
 from loaderdoctor.rules.prescribe import prescribe
 from loaderdoctor.tap.watchdog import StallPolicy
-from loaderdoctor.target import resolve as targets
+from loaderdoctor.targets import resolve as targets
 from loaderdoctor.tune.measure import measurement
 from loaderdoctor.tune.run import MIN_TRIAL_S, default_memory_budget, tune_loader
 

@@ -243,7 +243,7 @@ def test_a_datamodule_target_is_checked_as_its_train_and_val_loaders(tmp_path, m
         calls = sys.modules["dm_loaders"].CALLS
         assert calls == ["prepare_data", "setup:fit", "teardown:fit"]
 
-        from loaderdoctor.target.resolve import resolve
+        from loaderdoctor.targets.resolve import resolve
 
         with resolve("dm_loaders.py:make_train_only") as resolved:
             assert list(resolved.loaders) == ["train"]
@@ -262,7 +262,7 @@ def test_a_plain_target_does_not_import_lightning(tmp_path):
         """)
     )
     code = (
-        "import sys; from loaderdoctor.target.resolve import resolve; "
+        "import sys; from loaderdoctor.targets.resolve import resolve; "
         "resolve('plain_loaders.py:make').close(); print('lightning' in sys.modules)"
     )
     done = subprocess.run(
@@ -275,7 +275,7 @@ def test_a_datamodule_given_to_check_in_python_and_its_mistakes():
     from torch.utils.data import TensorDataset
 
     from loaderdoctor.errors import UsageError
-    from loaderdoctor.target.resolve import resolve_any
+    from loaderdoctor.targets.resolve import resolve_any
 
     made = pl.LightningDataModule.from_datasets(
         train_dataset=TensorDataset(torch.zeros(16, 2)), val_dataset=TensorDataset(torch.zeros(8, 2)), batch_size=4

@@ -16,8 +16,8 @@ from loaderdoctor.cli import main
 from loaderdoctor.errors import UsageError
 from loaderdoctor.probe.budget import check_budget
 from loaderdoctor.tap.interrupt import INTERRUPT_SIGNAL
-from loaderdoctor.target.resolve import resolve
-from loaderdoctor.target.timelimit import TimeLimit, TimeLimitPassed
+from loaderdoctor.targets.resolve import resolve
+from loaderdoctor.targets.timelimit import TimeLimit, TimeLimitPassed
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"loader", "scenarios"},
     {"workers"},
     {"tap"},
-    {"target"},
+    {"targets"},
     {"recording"},
     {"rules"},
     {"probe", "guard"},

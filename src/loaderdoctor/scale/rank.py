@@ -28,7 +28,7 @@ from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.scale.job import RankJob
 from loaderdoctor.scale.results import RankLoader, RankResult
 from loaderdoctor.tap.fingerprints import sample_fingerprints
-from loaderdoctor.target import resolve as targets
+from loaderdoctor.targets import resolve as targets
 
 # Fingerprints of delivered samples kept per rank, to compare the ranks' samples beside their indices (loader/facts.py).
 MAX_FINGERPRINTS = 2048

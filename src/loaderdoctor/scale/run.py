@@ -17,7 +17,7 @@ from loaderdoctor.scale.job import RankJob, Topology
 from loaderdoctor.scale.launch import launch
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport
 from loaderdoctor.scale.results import LaunchResult
-from loaderdoctor.target.resolve import check_target
+from loaderdoctor.targets.resolve import check_target
 
 log = logging.getLogger("loaderdoctor")
 

@@ -21,7 +21,7 @@ from loaderdoctor.probe.userstate import user_state_kept
 from loaderdoctor.recording.forksafety import safe_start_method
 from loaderdoctor.recording.record import Recording, mean_batch_bytes
 from loaderdoctor.tap.watchdog import StallPolicy
-from loaderdoctor.target import resolve as targets
+from loaderdoctor.targets import resolve as targets
 from loaderdoctor.tune.measure import probe_measure
 from loaderdoctor.tune.result import LoaderTuning, TuneReport
 from loaderdoctor.tune.space import Limits

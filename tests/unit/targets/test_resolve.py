@@ -16,7 +16,7 @@ from loaderdoctor import scenarios
 from loaderdoctor.errors import UsageError
 from loaderdoctor.loader.workload import Workload
 from loaderdoctor.plain.usercode import describe_exception
-from loaderdoctor.target.resolve import ResolvedTarget, resolve
+from loaderdoctor.targets.resolve import ResolvedTarget, resolve
 
 LOADERS = """
 import torch

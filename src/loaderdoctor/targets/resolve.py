@@ -14,9 +14,9 @@ from loaderdoctor import scenarios
 from loaderdoctor.errors import UsageError
 from loaderdoctor.loader.workload import Workload
 from loaderdoctor.plain.usercode import describe_exception, display_path, is_own_file, is_user_frame
-from loaderdoctor.target.datamodule import datamodule_base, datamodule_loaders
-from loaderdoctor.target.imports import find_function, import_file, import_module, is_path, split_target
-from loaderdoctor.target.timelimit import TimeLimit, TimeLimitPassed
+from loaderdoctor.targets.datamodule import datamodule_base, datamodule_loaders
+from loaderdoctor.targets.imports import find_function, import_file, import_module, is_path, split_target
+from loaderdoctor.targets.timelimit import TimeLimit, TimeLimitPassed
 
 _STACK_SHOWN = 6  # of the user's frames of a stuck target's stack
 _ACCEPTED = (
