@@ -19,12 +19,12 @@ if TYPE_CHECKING:
     from loaderdoctor.errors import LoaderDoctorError, LoaderDoctorWarning, LoaderGaveUp, StoppedByUser, UsageError
     from loaderdoctor.guard import DataLoader, GuardedLoader, guard, is_patched, patch, patched, unpatch
     from loaderdoctor.guard.events import GuardEvent
+    from loaderdoctor.integrations.trackers import log_to
     from loaderdoctor.loader.settings import Settings
     from loaderdoctor.loader.threads import ThreadLoader
     from loaderdoctor.loader.workload import Workload
     from loaderdoctor.report import Finding, Report, Verification
     from loaderdoctor.scale.report import ScaleReport
-    from loaderdoctor.trackers import log_to
     from loaderdoctor.tune import TuneReport
     from loaderdoctor.watch import WatchedLoader, watch
 
@@ -44,7 +44,7 @@ _PUBLIC = {
     "Workload": ("loaderdoctor.loader.workload", "Workload"),
     **{name: ("loaderdoctor.report", name) for name in ("Finding", "Report", "Verification")},
     "ScaleReport": ("loaderdoctor.scale.report", "ScaleReport"),
-    "log_to": ("loaderdoctor.trackers", "log_to"),
+    "log_to": ("loaderdoctor.integrations.trackers", "log_to"),
     "TuneReport": ("loaderdoctor.tune", "TuneReport"),
     "WatchedLoader": ("loaderdoctor.watch", "WatchedLoader"),
     "watch": ("loaderdoctor.watch", "watch"),

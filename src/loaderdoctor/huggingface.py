@@ -4,6 +4,6 @@
     trainer = transformers.Trainer(model, args, train_dataset=data, callbacks=[LoaderDoctorTrainerCallback()])
 """
 
-from loaderdoctor.watch.huggingface import LoaderDoctorTrainerCallback
+from loaderdoctor.integrations.huggingface import LoaderDoctorTrainerCallback
 
 __all__ = ["LoaderDoctorTrainerCallback"]

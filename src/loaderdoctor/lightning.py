@@ -4,6 +4,6 @@
     trainer = lightning.pytorch.Trainer(callbacks=[LoaderDoctorCallback()])
 """
 
-from loaderdoctor.watch.lightning import LoaderDoctorCallback
+from loaderdoctor.integrations.lightning.callback import LoaderDoctorCallback
 
 __all__ = ["LoaderDoctorCallback"]

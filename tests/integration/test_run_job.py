@@ -127,7 +127,7 @@ class Hooked(Dataset):  # what the job's hook did in the worker that loads each 
     def __getitem__(self, index):
         hook = sys.modules.get("_loaderdoctor_jobhook")
         return torch.tensor([hook is not None, hook is not None and hook._watching is not None,
-                             "loaderdoctor.watch.jobprocess" in sys.modules, os.getpid()])
+                             "loaderdoctor.job.process" in sys.modules, os.getpid()])
 
 def job_folder():
     folder = pathlib.Path(os.environ["LOADERDOCTOR_JOB"])
@@ -158,7 +158,7 @@ def test_spawned_dataloader_workers_run_the_hook_but_watch_and_write_nothing(tmp
 
 UNWATCHABLE = """\
 import sys
-sys.modules["loaderdoctor.watch.jobprocess"] = None  # as if loaderdoctor could not be imported in this process
+sys.modules["loaderdoctor.job.process"] = None  # as if loaderdoctor could not be imported in this process
 import torch
 from torch.utils.data import DataLoader
 

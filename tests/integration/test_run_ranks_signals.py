@@ -45,7 +45,7 @@ SITE = "forever.py:8"
 START_S = 90
 END_S = 60
 # Frames of loaderdoctor's launching process: a traceback of its own, not a rank script's.
-OWN_FRAMES = ("loaderdoctor/cli.py", "loaderdoctor/commands/run.py", "loaderdoctor/watch/ranks.py")
+OWN_FRAMES = ("loaderdoctor/cli.py", "loaderdoctor/commands/run.py", "loaderdoctor/job/ranks.py")
 
 
 def _wait_for(paths: list[Path], process: subprocess.Popen, timeout_s: float) -> bool:

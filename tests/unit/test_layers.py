@@ -26,7 +26,8 @@ LAYERS: list[set[str]] = [
     {"tune", "scale"},
     {"history"},
     {"render"},
-    {"watch", "saved", "trackers"},
+    {"watch", "saved"},
+    {"integrations", "job"},
     {"check", "commands", "lightning", "huggingface"},
     {"cli", "startup", "__init__", "__main__"},
 ]
@@ -147,3 +148,83 @@ def test_an_import_of_another_folders_private_module_or_name_is_caught(tmp_path)
         "loaderdoctor.history.changes -> loaderdoctor.rules._common",
         "loaderdoctor.history.changes -> loaderdoctor.rules.finding._severity",
     ]
+
+
+def _import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module of `package` to the modules of it that it imports (in functions too; a folder's name stands
+    for its __init__)."""
+    modules = {name for name, _ in _modules(package)}
+    graph: dict[str, set[str]] = {}
+    for importer, imports in _modules(package):
+        importer = importer.removesuffix(".__init__")
+        names = set()
+        for node in imports:
+            for name in _imported(node):
+                # 'from loaderdoctor.tap import a' imports the module loaderdoctor.tap.a, not the folder's __init__
+                submodules = [f"{name}.{alias.name}" for alias in getattr(node, "names", [])]
+                names |= {module for module in submodules if module in modules or f"{module}.__init__" in modules}
+                if not isinstance(node, ast.ImportFrom) or len(names & set(submodules)) < len(submodules):
+                    names.add(name)
+        graph[importer] = {name for name in names if name in modules or f"{name}.__init__" in modules} - {importer}
+    return graph
+
+
+def import_loops(package: Path = PACKAGE) -> list[list[str]]:
+    """The groups of modules that import each other round in a loop (Tarjan's strongly connected components of
+    more than one module), each sorted."""
+    graph = _import_graph(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in graph.get(module, ()):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                loops.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(loops)
+
+
+def test_the_one_import_loop_is_the_job_hooks():
+    # job/hook.py loads by its path with the standard library only, and hands a process to job/process.py, which
+    # reads the hook's names back: the one loop docs/ARCHITECTURE.md names.
+    assert import_loops() == [["loaderdoctor.job.hook", "loaderdoctor.job.process"]]
+
+
+def test_an_import_loop_is_found(tmp_path):
+    fake = tmp_path / "loaderdoctor"
+    (fake / "tap").mkdir(parents=True)
+    (fake / "tap" / "a.py").write_text("from loaderdoctor.tap.b import x\n")
+    (fake / "tap" / "b.py").write_text("def f():\n    import loaderdoctor.tap.c\n")
+    (fake / "tap" / "c.py").write_text("from loaderdoctor.tap import a\n")
+    (fake / "tap" / "d.py").write_text("from loaderdoctor.tap.a import y\n")
+    assert import_loops(fake) == [["loaderdoctor.tap.a", "loaderdoctor.tap.b", "loaderdoctor.tap.c"]]
+
+
+def test_the_integrations_and_the_job_read_only_the_core_not_each_other():
+    graph = _import_graph()
+    crossing = [
+        f"{importer} -> {name}"
+        for importer, names in graph.items()
+        for name in names
+        if {_part(importer), _part(name)} == {"integrations", "job"}
+    ]
+    assert crossing == []

@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from loaderdoctor.trackers import TRACKERS, check_tracker
+from loaderdoctor.integrations.trackers import TRACKERS, check_tracker
 
 TARGET_HELP = (
     "what to {verb}: 'demo' (default), 'scenario:NAME', 'pkg.module:function' or 'path/to/file.py:function'; "

@@ -20,6 +20,10 @@ from loaderdoctor.commands.running import log_to_trackers
 from loaderdoctor.commands.showing import as_saved, html_file, render_console
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.history.keep import keep_loader_run
+from loaderdoctor.job.joining import JobRun, disarm_inherited, run_job
+from loaderdoctor.job.loaders import EveryLoader
+from loaderdoctor.job.ranks import CEILING_ENV, RanksRun, ceiling_env, run_ranks
+from loaderdoctor.job.script import Script, ScriptRun, presses_of_ctrl_c
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render.kinds import report_page
@@ -28,10 +32,6 @@ from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.tap.ceiling import DEFAULT_STEPS
 from loaderdoctor.tap.signals import child_deaths_quiet
-from loaderdoctor.watch.job import JobRun, disarm_inherited, run_job
-from loaderdoctor.watch.ranks import CEILING_ENV, RanksRun, ceiling_env, run_ranks
-from loaderdoctor.watch.script import Script, ScriptRun, presses_of_ctrl_c
-from loaderdoctor.watch.scriptloaders import EveryLoader
 
 NAME = "run"
 SCHEMA = None  # --json names a file: stdout is the script's

@@ -16,9 +16,9 @@ from loaderdoctor.history.records import now_iso
 from loaderdoctor.history.reports import AnyReport, keep_report
 from loaderdoctor.host.snapshot import take_snapshot
 from loaderdoctor.host.tempfolders import remove_made
+from loaderdoctor.integrations.trackers import log_to
 from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.tap.signals import SignalRaises
-from loaderdoctor.trackers import log_to
 
 INTERRUPTED = 130  # the shell's status for a command ended by Ctrl-C
 TERMINATED = 128 + signal.SIGTERM  # and by SIGTERM: 143

@@ -52,7 +52,7 @@ def chain(previous: Any, signum: int, frame: Any) -> None:
 def child_deaths_quiet() -> Iterator[None]:
     """SIGCHLD left at its default (children kept for their parents to wait on, nothing raised) for the block's
     time, the handler before it put back after: torch's SIGCHLD handler raises a dead worker's error again at
-    every child's exit, wherever the main thread is (see watch/script.py's _closed). A signal handler can only be
+    every child's exit, wherever the main thread is (see job/script.py's _closed). A signal handler can only be
     set from the main thread: elsewhere the block runs as it is."""
     if not in_main_thread():
         yield

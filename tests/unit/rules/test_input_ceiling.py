@@ -105,9 +105,9 @@ def test_the_jobs_ceiling_is_its_slowest_ranks_with_its_input_and_without():
 
 
 def test_joined_ranks_get_the_jobs_ceiling_on_the_lowest_rank():
+    from loaderdoctor.job.loaders import LoaderRun
+    from loaderdoctor.job.ranks import joined
     from loaderdoctor.report import LoaderReport
-    from loaderdoctor.watch.ranks import joined
-    from loaderdoctor.watch.scriptloaders import LoaderRun
 
     def run(rank: int, free_rate: float) -> LoaderRun:
         rec = make_recording(ceiling=_ceiling(real_rate=10.0, free_rate=free_rate, wait_share=0.6))

@@ -10,8 +10,8 @@ from loaderdoctor.cli import main
 from loaderdoctor.commands import run as run_command
 from loaderdoctor.commands import scale as scale_command
 from loaderdoctor.host import facts as host
+from loaderdoctor.job.ranks import RanksRun
 from loaderdoctor.scale.launch import MAX_RANKS_ENV, rank_bound
-from loaderdoctor.watch.ranks import RanksRun
 
 
 @pytest.fixture

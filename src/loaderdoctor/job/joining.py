@@ -1,0 +1,235 @@
+"""A `loaderdoctor run` job marked in the environment while its script runs, so that every Python process it
+starts (Lightning's re-launched ranks, torchrun's, mp.spawn's) watches its own loaders (see hook.py), and what
+those processes wrote joined with the script's own loaders as `--nproc-per-node` joins its ranks'.
+
+The mark is a private folder of the tool's (host/tempfolders.py) holding a sitecustomize.py, first on PYTHONPATH,
+and JOB_ENV naming the folder: both in force only while the script runs. The processes that registered with the
+job (a rank, or a process that made a loader) but wrote nothing are named: they could not be watched."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import py_compile
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from loaderdoctor.errors import LoaderDoctorWarning
+from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.job import hook as jobhook
+from loaderdoctor.job.hook import JOB_ENV, PROCESS_FILE, RESULT_FILE
+from loaderdoctor.job.loaders import EveryLoader, LoaderRun
+from loaderdoctor.job.process import process_rank
+from loaderdoctor.job.ranks import GUARD_ENV, NAME_ENV, SHUTDOWN_TIMEOUT_S, joined, read_runs
+from loaderdoctor.job.script import Script, ScriptRun, run_script
+from loaderdoctor.report import UnwatchedProcess
+from loaderdoctor.tap.signals import SignalRaises
+
+# How long, once the script has ended, the job's processes that still run get to end and write what they measured
+# (Lightning's rank 1 ends a moment after rank 0, the script, does).
+GRACE_S = SHUTDOWN_TIMEOUT_S
+# When the script was ended by a signal: its processes got Ctrl-C too, or will not end by themselves.
+SIGNALLED_GRACE_S = 5.0
+TELL_WAIT_AFTER_S = 2.0
+# The name the job folder's sitecustomize gives the hook it loads (one per process).
+HOOK_MODULE = "_loaderdoctor_jobhook"
+SITECUSTOMIZE = '''"""loaderdoctor run's startup hook for the Python processes of one job: see {hook}."""
+
+
+def _loaderdoctor_job():
+    import importlib.machinery
+    import os
+    import sys
+
+    try:
+        hook = type(sys)("{module}")
+        hook.__file__ = {hook!r}
+        hook.__loader__ = importlib.machinery.SourceFileLoader("{module}", {hook!r})
+        sys.modules["{module}"] = hook
+        hook.__loader__.exec_module(hook)
+    except Exception as error:
+        print(f"loaderdoctor: the job's startup hook did not load ({{type(error).__name__}}: {{error}})",
+              file=sys.stderr)
+        return
+    hook.run_at_startup(os.path.dirname(os.path.abspath(__file__)))
+
+
+_loaderdoctor_job()
+del _loaderdoctor_job
+'''
+
+
+@dataclass
+class JobRun(ScriptRun):
+    """A script's run with the loaders of every process of its job, and the processes that could not be watched."""
+
+    unwatched: list[UnwatchedProcess] = field(default_factory=list)
+
+
+def run_job(
+    script: Script,
+    every: EveryLoader,
+    *,
+    guarded: bool,
+    name: str | None,
+    grace_s: float = GRACE_S,
+    presses: SignalRaises | None = None,
+) -> JobRun:
+    """Run `script` here (as run_script does, `presses` told) with its job marked: its own loaders, and those of
+    every process it started that wrote, joined; the processes that could not be watched named."""
+    try:
+        folder = Path(make_private_folder("loaderdoctor-job-"))
+    except OSError as error:
+        warnings.warn(f"loaderdoctor run: the processes the script starts are not watched (no job folder: {error})",
+                      LoaderDoctorWarning, stacklevel=2)  # fmt: skip
+        run = run_script(script, every, presses)
+        return JobRun(run.exit_status, run.loaders, run.ended_by)
+    try:
+        _write_hook(folder)
+        with _marked(folder, guarded=guarded, name=name):
+            run = run_script(script, every, presses)
+        return _joined(run, folder, process_rank(), grace_s)
+    finally:
+        remove_folder(folder)
+
+
+def disarm_inherited() -> None:
+    """A `loaderdoctor run` started by a job's process watches its own script: the job's hook in this process
+    watches nothing."""
+    hook = sys.modules.get(HOOK_MODULE)
+    if hook is not None:
+        with contextlib.suppress(Exception):
+            hook.disarm()
+
+
+def _write_hook(folder: Path) -> None:
+    """The job's sitecustomize.py, compiled now: no process of the job writes its bytecode into the folder."""
+    source = folder / "sitecustomize.py"
+    source.write_text(SITECUSTOMIZE.format(hook=str(Path(jobhook.__file__).resolve()), module=HOOK_MODULE))
+    py_compile.compile(str(source), cfile=importlib.util.cache_from_source(str(source)), doraise=True)
+
+
+@contextlib.contextmanager
+def _marked(folder: Path, *, guarded: bool, name: str | None) -> Iterator[None]:
+    """The job's variables in os.environ for the block's time (the processes started meanwhile inherit them),
+    what was there before put back after."""
+    before = os.environ.get("PYTHONPATH")
+    environ = {JOB_ENV: str(folder), "PYTHONPATH": os.pathsep.join([str(folder), *filter(None, [before])]),
+               GUARD_ENV: "1" if guarded else "", NAME_ENV: name or ""}  # fmt: skip
+    saved = {variable: os.environ.get(variable) for variable in environ}
+    os.environ.update(environ)
+    try:
+        yield
+    finally:
+        for variable, value in saved.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+
+
+def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> JobRun:
+    """The script's run with what its job's processes wrote, once those still running have ended (or `grace_s`
+    has passed); as it was when none registered."""
+    if run.ended_by in ("Ctrl-C", "SIGTERM"):  # its processes got it too (Ctrl-C), or will not end by themselves
+        grace_s = min(grace_s, SIGNALLED_GRACE_S)
+    _wait_for(folder, grace_s)
+    registered = _registered(folder)
+    written: list[tuple[dict[str, Any], list[LoaderRun]]] = []
+    for path in sorted(folder.glob(RESULT_FILE.format(pid="*"))):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            written.append(read_runs(path))
+    wrote = {int(fields["pid"]) for fields, _ in written}
+    running = _running(folder)
+    unwatched = [
+        UnwatchedProcess(
+            pid, fields.get("rank"), fields.get("error") or _why(pid in running, grace_s), fields.get("argv", "")
+        )
+        for pid, fields in sorted(registered.items(), key=lambda item: (_rank_order(item[1]), item[0]))
+        if pid not in wrote
+    ]
+    if not any(runs for _, runs in written):
+        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched)
+    loaders: dict[int, list[LoaderRun]] = {}
+    hosts: dict[int, str] = {}
+    if run.loaders:  # the script's own: a rank's when it is one (Lightning's rank 0), named so
+        key = os.getpid() if rank is None else rank
+        for loader in run.loaders:
+            loader.report.name += "" if rank is None else f"/rank{rank}"
+        loaders[key], hosts[key] = run.loaders, socket.gethostname()
+    unranked = 0
+    for fields, runs in sorted(written, key=lambda item: (_rank_order(item[0]), item[0]["pid"])):
+        pid, their_rank = int(fields["pid"]), fields.get("rank")
+        if not runs:
+            continue
+        key = their_rank
+        if their_rank is None or their_rank in loaders:  # told apart by its place in the order the processes started
+            key = pid
+            unranked += 1  # "proc1", "proc2": the same names in the next run of the same job (a pid is not)
+            for loader in runs:
+                loader.report.name = loader.report.name.removesuffix(f"/rank{their_rank}") + f"/proc{unranked}"
+        loaders[key], hosts[key] = runs, str(fields.get("host", ""))
+    sizes = [int(fields.get("world_size") or 0) for fields, _ in written]
+    return JobRun(run.exit_status, joined(loaders, hosts, max([*sizes, len(loaders)])), run.ended_by, unwatched)
+
+
+def _wait_for(folder: Path, grace_s: float) -> None:
+    """Until the job's processes that registered and have not written end, `grace_s` at most (said once it has
+    been a while; a Ctrl-C ends the wait)."""
+    deadline = time.monotonic() + grace_s
+    told = False
+    with contextlib.suppress(KeyboardInterrupt):
+        while (running := _running(folder)) and time.monotonic() < deadline:
+            if not told and deadline - time.monotonic() < grace_s - TELL_WAIT_AFTER_S:
+                told = True
+                pids = ", ".join(map(str, sorted(running)))
+                print(f"loaderdoctor run: waiting up to {grace_s:g} s for the script's processes that still run to "
+                      f"end (pid {pids})", file=sys.stderr, flush=True)  # fmt: skip
+            time.sleep(0.05)
+
+
+def _rank_order(fields: dict[str, Any]) -> tuple[bool, int]:
+    """Ranks first, in order; then the processes without one."""
+    rank = fields.get("rank")
+    return (rank is None, rank if isinstance(rank, int) else 0)
+
+
+def _registered(folder: Path) -> dict[int, dict[str, Any]]:
+    """The processes that registered with the job: pid -> what they said of themselves."""
+    found = {}
+    for path in folder.glob(PROCESS_FILE.format(pid="*")):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            fields = json.loads(path.read_text())
+            found[int(fields["pid"])] = fields
+    return found
+
+
+def _running(folder: Path) -> set[int]:
+    """The registered processes that have not written and still run (not a zombie, nor a later process that
+    took a pid that ended)."""
+    running = set()
+    for path in folder.glob(PROCESS_FILE.format(pid="*")):
+        pid_text = path.name.removeprefix("process").removesuffix(".started")
+        if not pid_text.isdigit() or (folder / RESULT_FILE.format(pid=pid_text)).exists():
+            continue
+        with contextlib.suppress(OSError, psutil.Error):
+            process = psutil.Process(int(pid_text))
+            if process.status() != psutil.STATUS_ZOMBIE and process.create_time() <= path.stat().st_mtime + 1:
+                running.add(process.pid)
+    return running
+
+
+def _why(running: bool, grace_s: float) -> str:
+    if running:
+        return f"it still ran {grace_s:g} s after the script ended"
+    return "it ended before writing what it measured (killed, os._exit, or a crash)"

@@ -1,0 +1,127 @@
+"""A process of a `loaderdoctor run` job that made a DataLoader (a rank that Lightning, torchrun, accelerate or
+mp.spawn started): its loaders watched as a `--nproc-per-node` rank's are, and written to the job's folder when it
+exits (atexit; SIGTERM ends it as an exit, as it ends a rank's script)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data.dataloader import DataLoader as TorchDataLoader
+
+from loaderdoctor.job.hook import RESULT_FILE, rank_from_environment
+from loaderdoctor.job.ranks import (
+    GUARD_ENV,
+    NAME_ENV,
+    _RankLoaders,
+    ceiling_from_env,
+    ceiling_only_from_env,
+    write_runs,
+)
+from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_thread
+
+Register = Callable[[int | None], None]
+
+
+def process_rank() -> int | None:
+    """This process's rank: torch.distributed's once it is initialised for more than one rank (Lightning's and
+    mp.spawn's ranks initialise it), else the one its launcher put in its environment; None for neither."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return int(dist.get_rank())
+    except Exception:  # a process group being torn down: the environment's word
+        pass
+    return rank_from_environment()
+
+
+def world_size() -> int | None:
+    """The number of ranks of this process's job, when torch.distributed or the launcher's WORLD_SIZE says it."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except Exception:
+        pass
+    value = os.environ.get("WORLD_SIZE", "")
+    return int(value) if value.isdigit() else None
+
+
+def watch_here(folder: str, register: Register) -> JobProcessLoaders:
+    """Watch every loader this process makes from now on, and write them to `folder` at its exit; `register`
+    tells the job this process's rank once it is known."""
+    every = JobProcessLoaders(Path(folder), register, name=os.environ.get(NAME_ENV) or None,
+                              guarded=bool(os.environ.get(GUARD_ENV)), ceiling=ceiling_from_env(),
+                              ceiling_only=ceiling_only_from_env())  # fmt: skip
+    made = TorchDataLoader.__dict__["__init__"]
+    every.install()
+    # The job hook's DataLoader.__init__ notes every loader made (see jobhook._wrap), not the watch's: Lightning
+    # puts back the __init__ it found when it made the loader that started this watch, the watch's hook with it.
+    TorchDataLoader.__init__ = made  # type: ignore[method-assign]
+    if in_main_thread():  # unless the program has a handler of its own: SIGTERM is an exit, atexit then writes
+        SignalRaises(signal.SIGTERM, _exit).install()
+    atexit.register(every.write)
+    return every
+
+
+def _exit(signum: int) -> BaseException:
+    return SystemExit(128 + signum)
+
+
+class JobProcessLoaders(_RankLoaders):
+    """A job process's loaders, named with its rank ("train.py:41/rank1") once the rank is known: at a loader's
+    first iter(), a rank's process group is usually initialised. Its close() is a rank's (a signal while it
+    writes is noted, not obeyed)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        register: Register,
+        *,
+        name: str | None,
+        guarded: bool,
+        ceiling: bool | int = False,
+        ceiling_only: bool = False,
+    ) -> None:
+        self._known_rank: int | None = None
+        self._register = register
+        super().__init__(name=name, guarded=guarded, ceiling=ceiling, ceiling_only=ceiling_only)
+        self.folder = folder
+        self.pid = os.getpid()
+
+    @property  # type: ignore[override]
+    def rank(self) -> int | None:
+        if self._known_rank is None:
+            self._known_rank = process_rank()
+            if self._known_rank is not None:
+                self._register(self._known_rank)  # a rank that dies from here on is named by its rank
+        return self._known_rank
+
+    @rank.setter
+    def rank(self, value: int | None) -> None:
+        self._known_rank = value
+
+    def note(self, loader: Any, frame: Any) -> None:
+        """Note where the user's code made `loader` (`frame` called DataLoader.__init__)."""
+        if self.active:
+            self._note_site(loader, frame)
+
+    def write(self) -> None:
+        """End every watch and write what they measured for the job (at this process's exit; a forked child's
+        exit writes nothing). Never raises: a failure is one line on stderr."""
+        if os.getpid() != self.pid:
+            return
+        try:
+            with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
+                runs = self.close()
+            out = self.folder / RESULT_FILE.format(pid=self.pid)
+            write_runs(out, runs, pid=self.pid, rank=self.rank, host=socket.gethostname(), world_size=world_size())
+        except Exception as error:
+            print(f"loaderdoctor: process {self.pid} could not write what it measured: {type(error).__name__}: "
+                  f"{error}", file=sys.stderr)  # fmt: skip

@@ -1,0 +1,356 @@
+"""A script run as N ranks, as torchrun runs it: torch.distributed's elastic launcher starts `python -m
+loaderdoctor.job.ranks SCRIPT ARGS` in each rank (the script's output goes where torchrun's would); each
+rank runs the script with its loaders watched and writes what it measured to a file of its own; this node's
+ranks' loaders are then joined here, and rank-straggler judged across the ranks of each loader. SIGTERM or
+Ctrl-C to the launching process ends every rank as it ends one `python train.py` (see RankEnds)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
+from loaderdoctor.job.loaders import EveryLoader, LoaderRun
+from loaderdoctor.job.script import INTERRUPTED_STATUS, Script, ScriptRun, presses_of_ctrl_c, run_script
+from loaderdoctor.loader.ddp import DdpPlan, ddp_plan
+from loaderdoctor.recording.record import Recording
+from loaderdoctor.rules import order
+from loaderdoctor.rules.ceiling import job_ceiling
+from loaderdoctor.rules.straggler import rank_straggler
+from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
+from loaderdoctor.scale.launch import free_port, signal_session
+from loaderdoctor.tap.signals import (
+    PRESS_BURST_S,
+    SignalRaises,
+    child_deaths_quiet,
+    in_main_thread,
+    note_stop,
+    release_interrupt,
+)
+
+# What the ranks read from their environment: where to write, and whether to guard.
+RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
+GUARD_ENV = "LOADERDOCTOR_RUN_GUARD"
+NAME_ENV = "LOADERDOCTOR_RUN_NAME"
+# run --ceiling [STEPS]: "" off, "default", or the data-free steps; read by the ranks and the job's processes alike
+CEILING_ENV = "LOADERDOCTOR_RUN_CEILING"
+# After a rank fails, or a signal came, how long the ranks get to end (and write what they measured) before SIGKILL.
+SHUTDOWN_TIMEOUT_S = 30
+RENDEZVOUS_TIMEOUT_S = 900
+# Where torch's launcher says which signals it turns into its SignalException.
+TORCH_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+_SAID = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+
+
+@dataclass
+class RanksRun(ScriptRun):
+    """A run of ranks: how it ended, the loaders of this node's ranks, and the ranks of this node that wrote
+    nothing (they ended before they could, or never started)."""
+
+    silent_ranks: list[int] = field(default_factory=list)
+
+
+def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> RanksRun:
+    """Run `script` in `topology.ranks` ranks on this node; its exit status (128 + the signal that ended it, else
+    the rank that failed first's, else 0) and the loaders of this node's ranks, with rank-straggler added to the
+    straggling rank's loader. Every rank has ended when it returns."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    work = Path(make_private_folder("loaderdoctor-run-"))
+    if topology.rdzv_endpoint is None:
+        endpoint = f"127.0.0.1:{free_port()}"
+    else:
+        host, port = endpoint_parts(topology.rdzv_endpoint)
+        endpoint = f"{host}:{port}"
+    config = static_launch_config(
+        topology,
+        endpoint=endpoint,
+        run_id="loaderdoctor-run",
+        log_dir=str(work / "logs"),
+        rendezvous_timeout_s=RENDEZVOUS_TIMEOUT_S,
+        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+        keep_output=False,  # the script's output goes where torchrun's would
+    )
+    config = dataclasses.replace(config, signals_to_handle="SIGHUP,SIGQUIT")  # SIGTERM and SIGINT: RankEnds
+    environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or ""}
+    if topology.ranks > 1:
+        environ.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # as torchrun sets it
+    # The launcher sets TORCHELASTIC_SIGNALS_TO_HANDLE for the signals it handles: put back afterwards too.
+    saved = {variable: os.environ.get(variable) for variable in [*environ, TORCH_SIGNALS_ENV]}
+    os.environ.update(environ)
+    # The launcher's loggers, each with a level of its own (torch sets one per module)
+    launcher = ("torch.distributed.elastic", "torch.distributed.launcher")
+    names = {*launcher, *(name for name in logging.root.manager.loggerDict if name.startswith(launcher))}
+    quiet = [logging.getLogger(name) for name in sorted(names)]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)  # the launcher's own chatter; a rank's failure comes back as its status
+    status, ended_by = 0, None
+    ends = RankEnds(SHUTDOWN_TIMEOUT_S)
+    try:
+        with ends:
+            elastic_launch(config, sys.executable)("-m", "loaderdoctor.job.ranks", *script.argv())
+    except ChildFailedError as error:
+        failed_rank, first = _first_failure(error.failures)
+        status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
+        ended_by = f"rank {failed_rank} failing"
+    except SignalException as error:  # SIGHUP or SIGQUIT, by torch's launcher; SIGTERM and SIGINT by RankEnds
+        status, ended_by = 128 + int(error.sigval), signal.Signals(error.sigval).name
+    except OSError as error:  # a rank could not be started (no fork: too many processes, no memory)
+        status, ended_by = 1, f"a failure to start the ranks ({type(error).__name__}: {error})"
+    finally:
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
+        for variable, value in saved.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+        loaders, hosts = _written(work)
+        remove_folder(work)
+    if ends.received is not None:  # whatever the ranks' statuses: the script was ended by the signal
+        status, ended_by = 128 + ends.received, _SAID[ends.received]
+    first = topology.node_rank * topology.ranks
+    silent = [rank for rank in range(first, first + topology.ranks) if rank not in loaders]
+    return RanksRun(status, joined(loaders, hosts, topology.world_size), ended_by, silent)
+
+
+class RankEnds:
+    """SIGTERM and SIGINT to the launching process while its ranks run, and the ranks a launch leaves behind.
+    torch's launcher would raise either as its SignalException and send it to each rank's whole session, its
+    DataLoader workers with it: a rank whose workers die of SIGTERM can die of their deaths before it writes
+    what it measured. Here, as a scheduler or a terminal signals one `python train.py`, the first signal goes
+    to each rank's own process: each ends its script, closes its watches (which end its workers) and writes
+    what it measured. The launcher waits for them (`grace_s` at most, then their sessions are killed), then its
+    launch ends as torch's does (SignalException, which also ends the ranks started meanwhile). A second signal
+    kills the ranks' sessions at once (unless it is the rest of a burst: a key pressed three times fast is one
+    press). The ranks still running when the launch ends (those started before one
+    that failed to start) are ended the same way. The ranks are the processes this one started meanwhile."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.received: int | None = None
+        self._before: set[int] = set()
+        self._previous: dict[int, Any] = {}
+        self._launching = False
+        self._exception: Any = None
+        self._last_at = 0.0  # when the last signal came (time.monotonic())
+
+    def __enter__(self) -> RankEnds:
+        from torch.distributed.elastic.multiprocessing import SignalException
+
+        self._exception = SignalException  # imported here, not in the handler
+        self._before = {child.pid for child in psutil.Process().children()}
+        if in_main_thread():
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
+        self._launching = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._launching = False
+        try:
+            self._end(self.received or signal.SIGTERM)  # what the launch left running
+        finally:
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+            self._previous = {}
+            for pid in self._ranks(exited=True):  # reaped: the launcher's own handles on them are gone
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        note_stop(signum)
+        now = time.monotonic()
+        if self.received is not None:
+            if now - self._last_at < PRESS_BURST_S:  # the same Ctrl-C, pressed three times fast: the ranks end
+                self._last_at = now
+                return
+            for pid in self._ranks():  # again, after a pause: no more waiting
+                signal_session(pid, signal.SIGKILL)
+            return
+        self.received, self._last_at = signum, now
+        self._end(signum)
+        if self._launching:
+            raise self._exception(f"loaderdoctor run got {signal.Signals(signum).name}", signal.Signals(signum))
+
+    def _end(self, signum: int) -> None:
+        """`signum` to each rank's own process; the sessions of those still running `grace_s` later killed."""
+        ranks = self._ranks()
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + self.grace_s
+        while ranks and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ranks = self._ranks()
+        for pid in ranks:
+            signal_session(pid, signal.SIGKILL)
+
+    def _ranks(self, *, exited: bool = False) -> list[int]:
+        """The processes started since the launch began that still run (with `exited`, those ended unreaped)."""
+        found = []
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.pid not in self._before and (child.status() == psutil.STATUS_ZOMBIE) == exited:
+                    found.append(child.pid)
+        return found
+
+
+def _first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """The rank that failed first, and its failure: the launcher ends the others with SIGTERM when one fails,
+    and its timestamps are whole seconds, so a rank ended by SIGTERM comes after one that failed otherwise."""
+    ended = (-signal.SIGTERM, 128 + signal.SIGTERM)
+    return min(failures.items(), key=lambda item: (item[1].timestamp, item[1].exitcode in ended, item[0]))
+
+
+def _written(work: Path) -> tuple[dict[int, list[LoaderRun]], dict[int, str]]:
+    """What each rank wrote (its loaders), and each rank's host."""
+    loaders: dict[int, list[LoaderRun]] = {}
+    hosts: dict[int, str] = {}
+    for path in work.glob("rank*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            fields, runs = read_runs(path)
+            rank = int(fields["rank"])
+            loaders[rank], hosts[rank] = runs, str(fields["host"])
+    return loaders, hosts
+
+
+def write_runs(out: Path, runs: list[LoaderRun], **fields: Any) -> None:
+    """What a process measured (its loaders), with `fields` (its rank, its host...), written to `out` whole or not
+    at all, for the process that launched it to read (read_runs). OSError or ValueError when it cannot be."""
+    written = {**fields, "loaders": [run.to_dict() for run in runs]}
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(written))
+    tmp.replace(out)
+
+
+def read_runs(path: Path) -> tuple[dict[str, Any], list[LoaderRun]]:
+    """The fields and the loaders that write_runs wrote to `path` (OSError, ValueError, KeyError or TypeError when
+    they cannot be read)."""
+    data = json.loads(path.read_text())
+    return data, [LoaderRun.from_dict(item) for item in data.pop("loaders")]
+
+
+def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
+    """Each rank's loaders, in rank order, with, for each loader made at one place in every rank
+    ("train.py:41/rank0", "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there
+    is one, and on the lowest rank's loader the job's ceiling (`--ceiling`) and the DDP plan when it draws from a
+    DistributedSampler."""
+    by_site: dict[str, dict[int, LoaderRun]] = {}
+    for rank, runs in sorted(loaders.items()):
+        for run in runs:
+            by_site.setdefault(run.report.name.removesuffix(f"/rank{rank}"), {})[rank] = run
+    for ranks in by_site.values():
+        finding = rank_straggler(
+            {rank: run.report.recording for rank, run in ranks.items()},
+            hosts,
+            {rank: run.report.findings for rank, run in ranks.items()},
+        )
+        if finding is not None:
+            slow = ranks[int(finding.evidence["rank"])].report
+            slow.findings = order([*slow.findings, finding])
+        first = ranks[min(ranks)].report
+        ceilings = {rank: c for rank, run in ranks.items() if (c := run.report.recording.ceiling) is not None}
+        if (job := job_ceiling(ceilings)) is not None:
+            first.findings = order([*first.findings, job])
+        first.plan = _plan(first.recording, world_size)
+    return [run for _, runs in sorted(loaders.items()) for run in runs]
+
+
+def _plan(rec: Recording, world_size: int) -> DdpPlan | None:
+    """The DDP plan of a rank's loader, from its dataset, batch size and drop_lasts; None without a
+    DistributedSampler (each rank then reads the whole dataset: no plan describes that) or a known size."""
+    if rec.sampler_drop_last is None or not rec.dataset_len or not rec.batch_size:
+        return None
+    return ddp_plan(rec.dataset_len, rec.batch_size, world_size, drop_last=bool(rec.drop_last),
+                    sampler_drop_last=rec.sampler_drop_last)  # fmt: skip
+
+
+def _rank_main(argv: list[str]) -> int:
+    """One rank: the script run with its loaders watched, what they measured written for the launching node. A
+    Ctrl-C (the launcher's, passed on) while the rank still imported ends it before its script starts (130,
+    nothing to write)."""
+    if release_interrupt():
+        return INTERRUPTED_STATUS
+    with presses_of_ctrl_c() as presses:
+        return _run_rank(argv, presses)
+
+
+def _run_rank(argv: list[str], presses: SignalRaises) -> int:
+    module = bool(argv) and argv[0] == "-m"
+    rest = argv[1:] if module else argv
+    script = Script(rest[0], tuple(rest[1:]), module=module)
+    rank = int(os.environ["RANK"])  # the launcher's; run_ranks launches only for a world of 2 ranks or more
+    every = _RankLoaders(
+        name=os.environ.get(NAME_ENV) or None,
+        rank=rank,
+        guarded=bool(os.environ.get(GUARD_ENV)),
+        ceiling=ceiling_from_env(),
+        ceiling_only=ceiling_only_from_env(),
+    )
+    run = run_script(script, every, presses)
+    with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
+        return _write_rank_run(run, rank)
+
+
+def ceiling_env(ceiling: bool | int, only: bool = False) -> str:
+    """run's --ceiling (and --ceiling-only, as "stop:") as CEILING_ENV carries it to the processes of the job."""
+    value = "" if ceiling is False else "default" if ceiling is True else str(ceiling)
+    return f"stop:{value}" if value and only else value
+
+
+def ceiling_from_env() -> bool | int:
+    """The --ceiling of the run that started this process (see ceiling_env); False when there is none."""
+    value = os.environ.get(CEILING_ENV, "").removeprefix("stop:")
+    return True if value == "default" else int(value) if value.isdigit() else False
+
+
+def ceiling_only_from_env() -> bool:
+    """Whether the run that started this process stops once the ceiling is measured (--ceiling-only)."""
+    return os.environ.get(CEILING_ENV, "").startswith("stop:")
+
+
+def _write_rank_run(run: ScriptRun, rank: int) -> int:
+    """What the rank measured, written for the launching node; the rank's exit status."""
+    out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
+    try:
+        write_runs(out, run.loaders, rank=rank, host=socket.gethostname())
+    except (OSError, ValueError) as error:
+        print(f"loaderdoctor run: rank {rank} could not write what it measured: {error}", file=sys.stderr)
+    return run.exit_status
+
+
+class _RankLoaders(EveryLoader):
+    """A rank's loaders. Once its script has ended, SIGTERM and SIGINT no longer cut the rank short: the launcher
+    sends SIGTERM to every rank when one fails, and a rank closing its watches or writing what they measured
+    would lose it all; the rank ends right after anyway."""
+
+    def close(self) -> list[LoaderRun]:
+        if in_main_thread():
+            for signum in RankEnds.SIGNALS:
+                signal.signal(signum, _noted)
+        return super().close()
+
+
+def _noted(signum: int, frame: Any) -> None:
+    """A signal that comes while a rank ends: it ends anyway."""
+
+
+if __name__ == "__main__":
+    sys.exit(_rank_main(sys.argv[1:]))
