@@ -1,4 +1,4 @@
-"""What sampling the workers costs a training loop: a plain loop against the same loop while check's sampler reads
+"""What sampling the workers costs a training loop: a plain loop against the same loop while check's poller reads
 its workers, with the rounds spaced by their cost (as now) and every 0.25 s whatever they cost (as before).
 
 Usage: python benchmarks/sampler_cost.py [ROUNDS] [GIB]
@@ -24,8 +24,8 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from loaderdoctor.workers import sampler as sampling
-from loaderdoctor.workers.sampler import WorkerSampler
+from loaderdoctor.workers import poller as sampling
+from loaderdoctor.workers.poller import WorkerPoller
 
 
 class InMemory(Dataset):
@@ -58,16 +58,16 @@ def _epoch_rate(loader: DataLoader) -> float:
 
 
 @contextlib.contextmanager
-def _sampled(share: float) -> Iterator[WorkerSampler]:
-    """check's sampler over this process's workers, every 0.25 s at most `share` of a core."""
+def _sampled(share: float) -> Iterator[WorkerPoller]:
+    """check's poller over this process's workers, every 0.25 s at most `share` of a core."""
     own = psutil.Process()
     previous = sampling.MAX_SAMPLING_SHARE
     sampling.MAX_SAMPLING_SHARE = share
-    sampler = WorkerSampler(lambda: [child.pid for child in own.children()]).start()
+    poller = WorkerPoller(lambda: [child.pid for child in own.children()]).start()
     try:
-        yield sampler
+        yield poller
     finally:
-        sampler.stop()
+        poller.stop()
         sampling.MAX_SAMPLING_SHARE = previous
 
 
@@ -88,9 +88,9 @@ def main(argv: list[str]) -> int:
             if share is None:
                 rates[kind].append(_epoch_rate(loader))
                 continue
-            with _sampled(share) as sampler:
+            with _sampled(share) as poller:
                 rates[kind].append(_epoch_rate(loader))
-            rounds_taken[kind].append(len(sampler.host_samples))
+            rounds_taken[kind].append(len(poller.host_readings))
     del loader
     print(f"six workers forked from {gib:g} GiB held in memory; {rounds} rounds, one epoch of each per round")
     print(f"{'loop':<26} {'batches/s':>10} {'of plain':>9} {'rounds of samples':>18}")

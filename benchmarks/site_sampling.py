@@ -1,13 +1,13 @@
-"""What sampling a worker's sites costs: a loop with and without the site sampler, measured side by side.
+"""What sampling a worker's sites costs: a loop with and without the site profiler, measured side by side.
 
 Usage: python benchmarks/site_sampling.py [ROUNDS]
 
-The table times a loop of samples in this process with nothing watching it, and with a SiteSampler
+The table times a loop of samples in this process with nothing watching it, and with a SiteProfiler
 sampling its thread every sitesampler.INTERVAL_S (as it samples a worker's main thread), in alternating order:
-pure Python (the worst case: the sampler must take the GIL from the loop), numpy, and a loop taking an uncontended
+pure Python (the worst case: the profiler must take the GIL from the loop), numpy, and a loop taking an uncontended
 fcntl.flock on a read-only file per sample with the file-lock watch installed (the wrapper's cost per call).
 The last row times epochs of 2 persistent DataLoader workers over a pure-Python dataset with a plain
-worker_init_fn and with the probe's whole worker hook (stack dumps, file-lock watch, site sampler), after a
+worker_init_fn and with the probe's whole worker hook (stack dumps, file-lock watch, site profiler), after a
 first epoch each (the hook's start-up, mostly the watch's scan of the loaded modules, about 10 ms per worker
 here, is not in the rates). Each row gives the median samples per second of each, the median of the
 per-round ratios with/without, and the microseconds added per sample.
@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.workers.filelocks import FileLockWatch
 from loaderdoctor.workers.hook import ProbeWorkerHook
-from loaderdoctor.workers.sites import SiteSampler, activity_path, thread_cpu_clock
+from loaderdoctor.workers.sites import SiteProfiler, activity_path, thread_cpu_clock
 
 SAMPLES = 2000
 
@@ -70,12 +70,12 @@ def _sampled_rate(sample: Callable[[int], float], count: int, directory: str, wa
     watch = FileLockWatch()
     if watch_locks:
         watch.install()
-    sampler = SiteSampler(activity_path(directory, 0), ident, thread_cpu_clock(ident) or 0, lock_calls=watch.counts)
-    sampler.start()
+    profiler = SiteProfiler(activity_path(directory, 0), ident, thread_cpu_clock(ident) or 0, lock_calls=watch.counts)
+    profiler.start()
     try:
         return _rate(sample, count)
     finally:
-        sampler.stop()
+        profiler.stop()
         watch.uninstall()
 
 

@@ -189,15 +189,15 @@ def test_a_death_torch_raises_between_batches_is_the_runs_outcome_not_an_error()
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-            sample_once = session.sampler.sample_once
+            poll_once = session.poller.poll_once
 
             def sample_then_torchs_handler(**kinds: bool) -> None:
-                sample_once(**kinds)
+                poll_once(**kinds)
                 # what torch's SIGCHLD handler does (called by itself: an earlier test in this process may have
                 # left another handler in its place, and torch installs its own once per process)
                 _error_if_any_worker_fails()
 
-            session.sampler.sample_once = sample_then_torchs_handler
+            session.poller.poll_once = sample_then_torchs_handler
             assert session.run(2.0) is not None  # the window that ended at once, not an exception
         finally:
             signal.signal(signal.SIGCHLD, torchs_handler)

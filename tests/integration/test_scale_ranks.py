@@ -15,8 +15,8 @@ from checkout import checkout_env
 
 import loaderdoctor
 from loaderdoctor.errors import LoaderDoctorError
-from loaderdoctor.scale.job import RankJob, Topology
 from loaderdoctor.scale.launch import free_port, launch
+from loaderdoctor.scale.order import LaunchOrder, Topology
 from loaderdoctor.scenarios import lock_contention
 
 pytestmark = [pytest.mark.workers, pytest.mark.timeout(300)]
@@ -148,7 +148,7 @@ def test_a_ranks_workers_start_as_in_a_rank_of_torchrun():
         [sys.executable, "-c", "import multiprocessing; print(multiprocessing.get_start_method())"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    launched = launch(RankJob(f"{TARGETS}:light_ddp", 0.5, "", step_ms=5), Topology(1))
+    launched = launch(LaunchOrder(f"{TARGETS}:light_ddp", 0.5, "", step_ms=5), Topology(1))
     (result,) = launched.results
     assert result.loaders["train"].recording.start_method == fresh
 

@@ -13,7 +13,7 @@ from loaderdoctor.recording.record import (
     HostFacts,
     IteratorFacts,
     Recording,
-    WorkerSample,
+    WorkerReading,
 )
 from loaderdoctor.workers.activity import LockCalls, WorkerActivity, WorkerSite
 
@@ -74,12 +74,12 @@ def make_worker_samples(
     cpu_share: float = 0.8,
     threads: int = 2,
     uss_mb_at: Callable[[float], float] = lambda t: 200.0,
-) -> list[WorkerSample]:
+) -> list[WorkerReading]:
     """Samples of each worker every `every_s` over the run: CPU time at `cpu_share`, USS as `uss_mb_at(t)`."""
     count = max(2, int(wall_s / every_s) + 1)
     times = [wall_s * i / (count - 1) for i in range(count)]
     return [
-        WorkerSample(
+        WorkerReading(
             t_s=t,
             pid=pid,
             uss_bytes=int(uss_mb_at(t) * MIB),
@@ -110,7 +110,7 @@ def make_recording(
     uss_mb_at: Callable[[float], float] = lambda t: 200.0,
     host: HostFacts | None = None,
     iterators: list[IteratorFacts] | None = None,
-    worker_samples: list[WorkerSample] | None = None,
+    worker_samples: list[WorkerReading] | None = None,
     batches: list[BatchRecord] | None = None,
     wall_s: float | None = None,
     **fields: Any,

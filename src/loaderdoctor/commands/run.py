@@ -28,8 +28,8 @@ from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render.kinds import report_page
 from loaderdoctor.report import Report, UnwatchedProcess
-from loaderdoctor.scale.job import Topology
 from loaderdoctor.scale.launch import check_rank_count
+from loaderdoctor.scale.order import Topology
 from loaderdoctor.tap.ceiling import DEFAULT_STEPS
 from loaderdoctor.tap.signals import child_deaths_quiet
 

@@ -26,7 +26,7 @@ from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.plain.words import plural
 from loaderdoctor.tap.iterator import Listener, RecentWaits, Tap, starts_workers
 from loaderdoctor.workers.currentindex import InHand
-from loaderdoctor.workers.sampler import StackDumpHook
+from loaderdoctor.workers.poller import StackDumpHook
 
 log = logging.getLogger("loaderdoctor")
 

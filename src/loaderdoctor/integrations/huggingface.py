@@ -263,7 +263,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
             run.restore()
         if run is not None and not run.finished:
             run.finished = True
-            run.hooked.sampler.stop()
+            run.hooked.poller.stop()
 
     def _finish(self) -> None:
         """Diagnose the run; in the main process print the diagnosis on stderr and keep the run. Never raises."""
@@ -273,7 +273,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         job = self._meet_ranks()
         if run is None or run.finished:
             return
-        if run.broken:  # what was recorded may be inconsistent: no diagnosis, only the sampler stopped
+        if run.broken:  # what was recorded may be inconsistent: no diagnosis, only the poller stopped
             self._stop_sampling()
             return
         run.finished = True
@@ -281,7 +281,7 @@ class LoaderDoctorTrainerCallback(TrainerCallback):
         try:
             report = hooked.finish(history=self.history, main=run.main, job=job)
         except Exception as error:  # a diagnosis is not worth the training run's end
-            hooked.sampler.stop()
+            hooked.poller.stop()
             warnings.warn(
                 f"loaderdoctor could not diagnose '{hooked.name}': {type(error).__name__}: {error}",
                 LoaderDoctorWarning,

@@ -29,8 +29,8 @@ from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules import order
 from loaderdoctor.rules.ceiling import job_ceiling
 from loaderdoctor.rules.straggler import rank_straggler
-from loaderdoctor.scale.job import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.scale.launch import free_port, signal_session
+from loaderdoctor.scale.order import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.tap.signals import (
     PRESS_BURST_S,
     SignalRaises,

@@ -19,8 +19,8 @@ from loaderdoctor.tap.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.tap.iterator import Tap, TapIterator, is_worker_death
 from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.deaths import worker_death
+from loaderdoctor.workers.poller import thread_run_delay_s
 from loaderdoctor.workers.processes import exited_workers
-from loaderdoctor.workers.sampler import thread_run_delay_s
 
 # A loader whose every batch fails is broken, not unlucky: stop measuring it after this many in a row.
 _MAX_CONSECUTIVE_FAILURES = 50

@@ -38,7 +38,7 @@ from loaderdoctor.tap.watchdog import StallNotice, Watchdog
 from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.deaths import oom_kills
 from loaderdoctor.workers.hook import THREADS_PER_WORKER, ProbeWorkerHook
-from loaderdoctor.workers.sampler import WorkerSampler, thread_idle
+from loaderdoctor.workers.poller import WorkerPoller, thread_idle
 from loaderdoctor.workers.sites import read_worker_activity
 
 log = logging.getLogger("loaderdoctor")
@@ -109,8 +109,8 @@ class ProbeSession(EpochLoop):
         self.started = clock()
         self.book = EpochBook(self.rec, clock, self.started)  # the tap's events, as a watched run keeps them
         self.tap = Tap(loader, [self.on_event], start_method=start_method, clock=clock)
-        self.sampler = WorkerSampler(self.current_pids, clock=clock, t0=self.started, own_threads=THREADS_PER_WORKER)
-        self.watchdog = Watchdog(self.tap, self.policy, self.on_stall, workers_idle=self.sampler.cpu_idle)
+        self.poller = WorkerPoller(self.current_pids, clock=clock, t0=self.started, own_threads=THREADS_PER_WORKER)
+        self.watchdog = Watchdog(self.tap, self.policy, self.on_stall, workers_idle=self.poller.cpu_idle)
         self.other_load = OtherLoad()
         self.iterator: TapIterator | None = None  # the open epoch's
         self.last_iterator: TapIterator | None = None  # the last epoch's, whose workers may persist
@@ -122,7 +122,7 @@ class ProbeSession(EpochLoop):
         self.startup_count = 1  # the open epoch's start-up batches
         self.budget_s = 0.0  # for the progress display: what this session was given so far
         self.closed = False
-        self.sampler.start()
+        self.poller.start()
         self.watchdog.start()
 
     @property
@@ -142,7 +142,7 @@ class ProbeSession(EpochLoop):
         elif isinstance(event, BatchDelivered):
             self.rec.batches.append(self.book.delivered(event, self.clock()))
             if self.book.startup_just_ended():
-                self.sampler.sample_soon()  # the workers' memory as they start: the base of their growth
+                self.poller.poll_soon()  # the workers' memory as they start: the base of their growth
         elif isinstance(event, BatchFailed):
             self.book.failed(event)  # what the failure was, the loop records where next() raised it (epochs.py)
 
@@ -154,7 +154,7 @@ class ProbeSession(EpochLoop):
         def record(stacks: list[WorkerStack]) -> None:
             # Set before the workers are killed: the loop reads it when their death ends the stuck next().
             if notice.pids:
-                idle = self.sampler.cpu_idle(notice.pids, self.policy.idle_window_s)
+                idle = self.poller.cpu_idle(notice.pids, self.policy.idle_window_s)
             else:
                 idle = thread_idle(self.consumer)
             self.rec.stall = Stall(
@@ -215,7 +215,7 @@ class ProbeSession(EpochLoop):
         self.watchdog.deadline = begun + deadline_allowance(seconds * 1.5)
         if self.iterator is not None:
             self.last_step_end = begun  # a pause between windows is no part of an epoch's end
-        self.sampler.resume()
+        self.poller.resume()
         measured_from = begun
         try:
             with self.interrupter, quiet_worker_count_advice(), self.deaths_recorded():
@@ -230,7 +230,7 @@ class ProbeSession(EpochLoop):
                     )
                     self._drain_backlog(give_up=begun + seconds / 2, epochs=epochs)
                 measured_from = self.clock()
-                self.sampler.sample_once(private_memory=False)  # the window's CPU figures start exactly here
+                self.poller.poll_once(private_memory=False)  # the window's CPU figures start exactly here
                 with contextlib.suppress(StopMeasuring):  # the step ended the window (ranks stop together)
                     self._roll(
                         until=measured_from + seconds,
@@ -241,7 +241,7 @@ class ProbeSession(EpochLoop):
                         steady=True,
                     )
         finally:
-            self.sampler.pause()
+            self.poller.pause()
             self.other_load.observe()
         window = Window(measured_from - self.started, self.clock() - self.started)
         self.rec.windows.append(window)
@@ -321,14 +321,14 @@ class ProbeSession(EpochLoop):
         finally:
             self.closed = True
             self.watchdog.stop()
-            self.sampler.stop()
+            self.poller.stop()
             self.rec.worker_activity = read_worker_activity(self.dump_dir)  # the workers wrote it as they ended
             remove_folder(self.dump_dir)
         rec = self.rec
         rec.budget_s = self.budget_s
         rec.wall_s = self.clock() - self.started
-        rec.worker_samples = list(self.sampler.samples)
-        rec.host_samples = list(self.sampler.host_samples)
+        rec.worker_samples = list(self.poller.readings)
+        rec.host_samples = list(self.poller.host_readings)
         self.other_load.observe()
         rec.other_processes = self.other_load.busiest(rec.wall_s)
         if self.step is not None and self.step_times:

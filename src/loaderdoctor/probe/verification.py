@@ -71,7 +71,7 @@ class Verification:
     # gives the direction and the range, and no report shows the speedup as one figure.
     unsteady: bool = False
     # The loop's ceiling: its batches per second with the input taken away (the step on one batch, again and
-    # again), measured in `ceiling_windows` windows in the same rounds (probe/dataless.py); None without a step.
+    # again), measured in `ceiling_windows` windows in the same rounds (probe/datafree.py); None without a step.
     ceiling: float | None = None
     ceiling_windows: int = 0
 

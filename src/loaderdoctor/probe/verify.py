@@ -32,7 +32,7 @@ from collections.abc import Callable
 from loaderdoctor.errors import LoaderDoctorError
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.probe.budget import deadline_allowance
-from loaderdoctor.probe.dataless import DataFreeWindows
+from loaderdoctor.probe.datafree import DataFreeWindows
 from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.session import ProbeSession
 from loaderdoctor.probe.verdict import MIN_PAIRS, MIN_WINDOW_BATCHES, compare
@@ -49,7 +49,7 @@ SHORTEST_WINDOW_S = 0.25  # and down to this to fit MIN_PAIRS rounds into a smal
 MAX_WINDOW_S = 5.0
 # Time a window's warm-up takes on top of its measuring, for planning the rounds.
 _WARM_UP_S = 0.3
-DATA_FREE_SHARE = 0.5  # a data-free window (the loop's ceiling, probe/dataless.py) against a session's window
+DATA_FREE_SHARE = 0.5  # a data-free window (the loop's ceiling, probe/datafree.py) against a session's window
 # Fixes whose point is safety, or saving processes and memory, need only not be slower.
 SAFETY_RULES = frozenset({"fork-unsafe", "shm-capacity", "fd-limit"})
 COST_RULES = frozenset({"cpu-oversubscription"})

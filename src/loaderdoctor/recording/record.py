@@ -20,7 +20,7 @@ from loaderdoctor.plain.frames import StackFrame as StackFrame
 from loaderdoctor.tap.ceiling import Ceiling
 from loaderdoctor.workers.activity import WorkerActivity
 from loaderdoctor.workers.deaths import WorkerDeath
-from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
+from loaderdoctor.workers.readings import HostReading, WorkerReading, WorkerStack
 
 
 @dataclass
@@ -119,8 +119,10 @@ class Recording:
     iterators: list[IteratorFacts] = field(default_factory=list)
     epochs: list[EpochRecord] = field(default_factory=list)
     batches: list[BatchRecord] = field(default_factory=list)
-    worker_samples: list[WorkerSample] = field(default_factory=list)
-    host_samples: list[HostSample] = field(default_factory=list)
+    # The worker poller's readings of the workers and of the machine (their JSON keys keep the names reports were
+    # saved with: 'samples' here are readings of processes, not a dataset's samples).
+    worker_samples: list[WorkerReading] = field(default_factory=list)
+    host_samples: list[HostReading] = field(default_factory=list)
     # Where the workers' main threads spent their time, by line, and their file-lock calls, sampled from inside
     # each worker process (see workers/sites.py); None without worker processes.
     worker_activity: WorkerActivity | None = None

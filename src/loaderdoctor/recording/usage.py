@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loaderdoctor.recording.record import Recording, Window, WorkerSample, steady_batches
+from loaderdoctor.recording.record import Recording, Window, WorkerReading, steady_batches
 
 # The training process keeps at least this much of a core whatever other processes take.
 _MIN_AVAILABLE_CORES = 1.0
@@ -130,7 +130,7 @@ def _clear_of(ticks: list[tuple[float, float]], spans: list[tuple[float, float]]
 
 
 def _worker_rise(
-    rec: Recording, ticks: list[tuple[float, float]], count: Callable[[WorkerSample], float | None]
+    rec: Recording, ticks: list[tuple[float, float]], count: Callable[[WorkerReading], float | None]
 ) -> float | None:
     """How much a count each worker keeps (CPU seconds, run delay) rose over these ticks, the workers together,
     each worker counted where the count was read at both ends (a rise at least 0: a thread that ends takes its
@@ -279,11 +279,11 @@ def _started_at(rec: Recording) -> dict[int, float]:
     return done
 
 
-def worker_samples_after_startup(rec: Recording) -> dict[int, list[WorkerSample]]:
+def worker_samples_after_startup(rec: Recording) -> dict[int, list[WorkerReading]]:
     """Each worker's samples that read its private memory, in time order, from its first batch on: a spawned
     worker's imports at start-up are not growth."""
     started = _started_at(rec)
-    by_pid: dict[int, list[WorkerSample]] = {}
+    by_pid: dict[int, list[WorkerReading]] = {}
     for sample in sorted(rec.worker_samples, key=lambda s: s.t_s):
         if sample.uss_bytes is not None and sample.pid in started and sample.t_s >= started[sample.pid]:
             by_pid.setdefault(sample.pid, []).append(sample)

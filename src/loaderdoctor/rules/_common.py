@@ -8,7 +8,7 @@ from typing import Any
 from loaderdoctor.plain.numbers import MIB
 from loaderdoctor.recording.record import (
     Recording,
-    WorkerSample,
+    WorkerReading,
     steady_batches,  # one definition of steady state
 )
 
@@ -41,9 +41,9 @@ def steady_interval_s(rec: Recording) -> float:
     return statistics.median(intervals) if intervals else 0.0
 
 
-def samples_by_worker(rec: Recording) -> dict[int, list[WorkerSample]]:
+def samples_by_worker(rec: Recording) -> dict[int, list[WorkerReading]]:
     """Each worker pid's samples, in time order."""
-    by_pid: dict[int, list[WorkerSample]] = {}
+    by_pid: dict[int, list[WorkerReading]] = {}
     for sample in sorted(rec.worker_samples, key=lambda s: s.t_s):
         by_pid.setdefault(sample.pid, []).append(sample)
     return by_pid

@@ -6,7 +6,7 @@ import statistics
 
 from loaderdoctor.plain.numbers import MIB
 from loaderdoctor.plain.words import plural
-from loaderdoctor.recording.record import Recording, WorkerSample, mean_batch_bytes
+from loaderdoctor.recording.record import Recording, WorkerReading, mean_batch_bytes
 from loaderdoctor.recording.usage import worker_growth, worker_samples_after_startup
 from loaderdoctor.rules._common import mb, settings_snippet
 from loaderdoctor.rules.finding import Finding
@@ -56,7 +56,7 @@ for batch in loader:
     batch = batch.to(device, non_blocking=True)  # the copy overlaps with compute"""
 
 
-def _still_rising(samples: list[WorkerSample]) -> bool | None:
+def _still_rising(samples: list[WorkerReading]) -> bool | None:
     """Whether one worker's USS still climbs at the end of the run; None with too few samples to tell."""
     if len(samples) < 3:
         return None

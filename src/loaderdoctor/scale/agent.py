@@ -16,7 +16,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from loaderdoctor.scale.job import Topology, static_launch_config
+from loaderdoctor.scale.order import Topology, static_launch_config
 from loaderdoctor.scale.rank import run_rank
 from loaderdoctor.scale.results import LaunchResult, RankFailure, RankResult, written_results
 
@@ -47,12 +47,12 @@ def run(order: dict[str, Any]) -> LaunchResult:
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it for more than one rank per node
     started = time.monotonic()
     try:
-        returned = elastic_launch(_launch_config(order), run_rank)(order["job"])
+        returned = elastic_launch(_launch_config(order), run_rank)(order["launch_order"])
     except ChildFailedError as error:
         launch.failures = [
             _failure(rank, failure, order["log_dir"]) for rank, failure in sorted(error.failures.items())
         ]
-        launch.results = written_results(order["job_dir"])
+        launch.results = written_results(order["ranks_dir"])
     else:
         launch.results = _joined(returned)
     launch.wall_s = time.monotonic() - started

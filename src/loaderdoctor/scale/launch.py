@@ -18,7 +18,7 @@ from pathlib import Path
 from loaderdoctor.errors import UsageError
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.plain.words import plural
-from loaderdoctor.scale.job import RankJob, Topology, endpoint_parts
+from loaderdoctor.scale.order import LaunchOrder, Topology, endpoint_parts
 from loaderdoctor.scale.results import LaunchResult, written_results
 
 # On top of the measuring: the ranks' start (interpreters, imports, rendezvous) and a stall's detection.
@@ -37,18 +37,20 @@ def time_limit_s(budget_s: float) -> float:
     return 2 * budget_s + STARTUP_ALLOWANCE_S
 
 
-def launch(job: RankJob, topology: Topology, *, index: int = 0, limit_s: float | None = None) -> LaunchResult:
-    """Run `job` in `topology.ranks` ranks on this node (one node of `topology.nnodes`), the `index`-th launch of
-    a scale run (each launch meets at its own port: the endpoint's port + index). Returns what the ranks sent
-    back; a launch past its time limit is ended, and says so."""
-    limit_s = time_limit_s(job.budget_s) if limit_s is None else limit_s
+def launch(
+    launch_order: LaunchOrder, topology: Topology, *, index: int = 0, limit_s: float | None = None
+) -> LaunchResult:
+    """Run `launch_order` in `topology.ranks` ranks on this node (one node of `topology.nnodes`), the `index`-th
+    launch of a scale run (each launch meets at its own port: the endpoint's port + index). Returns what the ranks
+    sent back; a launch past its time limit is ended, and says so."""
+    limit_s = time_limit_s(launch_order.budget_s) if limit_s is None else limit_s
     work = Path(make_private_folder("loaderdoctor-scale-"))
     try:
-        job_dir = work / "ranks"
-        job_dir.mkdir()
+        ranks_dir = work / "ranks"
+        ranks_dir.mkdir()
         order = {
-            "job": dataclasses.replace(job, out_dir=str(job_dir)).to_json(),
-            "job_dir": str(job_dir),
+            "launch_order": dataclasses.replace(launch_order, out_dir=str(ranks_dir)).to_json(),
+            "ranks_dir": str(ranks_dir),
             "topology": topology.to_dict(),
             "endpoint": _endpoint(topology, index),
             # The same on every node: the nodes of one launch meet under it.
@@ -135,7 +137,7 @@ def _result(order: dict, work: Path, ended_by_limit: bool, limit_s: float, wall_
         launch = LaunchResult.from_dict(json.loads(result_path.read_text()))
     else:
         launch = LaunchResult(world_size=topology["ranks"] * topology["nnodes"], ranks_per_node=topology["ranks"])
-        launch.results = written_results(order["job_dir"])
+        launch.results = written_results(order["ranks_dir"])
         missing = sorted(set(_local_ranks(topology)) - {r.rank for r in launch.results})
         if ended_by_limit:
             launch.note = (

@@ -25,7 +25,7 @@ from loaderdoctor.plain.usercode import describe_exception
 from loaderdoctor.probe.budget import deadline_allowance, target_limit_s
 from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.probe.session import ProbeSession
-from loaderdoctor.scale.job import RankJob
+from loaderdoctor.scale.order import LaunchOrder
 from loaderdoctor.scale.results import RankLoader, RankResult
 from loaderdoctor.tap.fingerprints import sample_fingerprints
 from loaderdoctor.targets import resolve as targets
@@ -88,10 +88,10 @@ class RankStep:
             self.fingerprints.extend(found[: MAX_FINGERPRINTS - len(self.fingerprints)])
 
 
-def run_rank(job_json: str) -> dict[str, Any]:
+def run_rank(order_json: str) -> dict[str, Any]:
     """The entry point the elastic launcher starts in every rank; returns every rank's result (as plain data)
     when the ranks could gather them, else this rank's alone. Never raises for a user's error: it is returned."""
-    job = RankJob.from_json(job_json)
+    launch_order = LaunchOrder.from_json(order_json)
     # The launcher starts this process with multiprocessing's spawn, which makes spawn its default start method;
     # a rank of torchrun is a fresh interpreter with the platform's default: the workers must start as there.
     multiprocessing.set_start_method(None, force=True)
@@ -100,12 +100,12 @@ def run_rank(job_json: str) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=job.collective_timeout_s))
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=launch_order.collective_timeout_s))
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     result = RankResult(rank, local_rank, world_size, socket.gethostname(), os.getpid())
     try:
-        _measure_target(job, result, device)
-        Path(job.out_dir, f"rank-{rank}.json").write_text(json.dumps(result.to_dict()))
+        _measure_target(launch_order, result, device)
+        Path(launch_order.out_dir, f"rank-{rank}.json").write_text(json.dumps(result.to_dict()))
         if any(loader.collective_error for loader in result.loaders.values()):
             return {"results": [result.to_dict()]}  # the process group broke: nothing to gather over
         return {"results": _gathered(result)}
@@ -113,12 +113,12 @@ def run_rank(job_json: str) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
-def _measure_target(job: RankJob, result: RankResult, device: torch.device) -> None:
+def _measure_target(launch_order: LaunchOrder, result: RankResult, device: torch.device) -> None:
     """Every loader of the target, one after the other; an error the user must fix goes into the result."""
     resolved = None
     try:
-        resolved = targets.resolve_any(job.target, "scale", target_limit_s(job.budget_s))
-        step = resolved.workload.training_step(job.step_ms)
+        resolved = targets.resolve_any(launch_order.target, "scale", target_limit_s(launch_order.budget_s))
+        step = resolved.workload.training_step(launch_order.step_ms)
     except LoaderDoctorError as error:
         result.error, result.hint, result.usage_error = error.message, error.hint, isinstance(error, UsageError)
     except Exception as error:
@@ -130,10 +130,10 @@ def _measure_target(job: RankJob, result: RankResult, device: torch.device) -> N
                 result.error = "another rank could not build the target: see its error"
             return
         assert resolved is not None
-        budget_s = job.budget_s / len(resolved.loaders)  # the launch's budget, shared by the loaders
+        budget_s = launch_order.budget_s / len(resolved.loaders)  # the launch's budget, shared by the loaders
         for name, loader in resolved.loaders.items():
             try:
-                result.loaders[name] = _measure_loader(job, loader, step, device, budget_s)
+                result.loaders[name] = _measure_loader(launch_order, loader, step, device, budget_s)
             except LoaderDoctorError as error:  # e.g. the training step raised: said, and the ranks stop
                 result.error, result.hint = f"loader {name!r}: {error.message}", error.hint
             if name in result.loaders and result.loaders[name].collective_error is not None:
@@ -157,14 +157,14 @@ def _everyone_ready(ready: bool, device: torch.device) -> bool:
 
 
 def _measure_loader(
-    job: RankJob, loader: DataLoader, inner: Step | None, device: torch.device, budget_s: float
+    launch_order: LaunchOrder, loader: DataLoader, inner: Step | None, device: torch.device, budget_s: float
 ) -> RankLoader:
     spec = LoaderSpec.from_loader(loader)
     step = RankStep(inner, budget_s, device)
     facts = loader_facts(loader, indices=True)
     session = None
     try:
-        session = ProbeSession(Measuring(spec, step=step), spec.settings, lock_free=job.lock_free)
+        session = ProbeSession(Measuring(spec, step=step), spec.settings, lock_free=launch_order.lock_free)
         step.session = session
         if session.start(startup_limit_s=deadline_allowance(budget_s)) and not step.stopped:
             session.run(budget_s * _WINDOW_LIMIT_FACTOR + 30.0)

@@ -110,10 +110,10 @@ class LaunchResult:
         )
 
 
-def written_results(job_dir: str | Path) -> list[RankResult]:
+def written_results(ranks_dir: str | Path) -> list[RankResult]:
     """The results the ranks of this node wrote (rank-N.json), by rank: what outlives a launch that failed."""
     results = []
-    for path in sorted(Path(job_dir).glob("rank-*.json")):
+    for path in sorted(Path(ranks_dir).glob("rank-*.json")):
         with contextlib.suppress(OSError, ValueError, KeyError):
             results.append(RankResult.from_dict(json.loads(path.read_text())))
     return sorted(results, key=lambda r: r.rank)

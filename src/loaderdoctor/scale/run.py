@@ -13,8 +13,8 @@ from loaderdoctor.probe.verdict import MIN_SPEEDUP
 from loaderdoctor.report import Verification
 from loaderdoctor.rules.locks import lock_free_provable
 from loaderdoctor.scale import join
-from loaderdoctor.scale.job import RankJob, Topology
 from loaderdoctor.scale.launch import launch
+from loaderdoctor.scale.order import LaunchOrder, Topology
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport
 from loaderdoctor.scale.results import LaunchResult
 from loaderdoctor.targets.resolve import check_target
@@ -58,7 +58,7 @@ def scale(
     for index, count in enumerate(counts):
         topology = Topology(count, nnodes, node_rank, rdzv_endpoint)
         _say(progress, f"measuring under {topology.world_size} {'rank' if topology.world_size == 1 else 'ranks'}")
-        launched = launch(RankJob(target, budget_s, "", step_ms), topology, index=index)
+        launched = launch(LaunchOrder(target, budget_s, "", step_ms), topology, index=index)
         _raise_target_error(launched)
         launches.append(launched)
     names = _loader_names(launches)
@@ -69,7 +69,7 @@ def scale(
         largest = max(counts)
         topology = Topology(largest, nnodes, node_rank, rdzv_endpoint)
         _say(progress, f"measuring under {topology.world_size} ranks without the lock on read-only files")
-        lock_free = launch(RankJob(target, budget_s, "", step_ms, lock_free=True), topology, index=len(counts))
+        lock_free = launch(LaunchOrder(target, budget_s, "", step_ms, lock_free=True), topology, index=len(counts))
         for name in proof:
             reports[name].verification = lock_free_verification(largest_launch, lock_free, name)
     return ScaleReport(target, reports, nnodes=nnodes)

@@ -207,7 +207,7 @@ class CeilingTurns:
         the turns when the run stops there."""
         again = self.replay()
         if again is not None:
-            self.delivered(epoch, again, 0.0, at, replayed=True)
+            self.delivered(epoch, again, 0.0, at, data_free=True)
         return again
 
     def replay(self) -> Any:
@@ -225,7 +225,7 @@ class CeilingTurns:
         return self._last_batch
 
     def delivered(
-        self, epoch: int, batch: Any, wait_s: float, at: float, *, replayed: bool, epoch_ends: bool = False
+        self, epoch: int, batch: Any, wait_s: float, at: float, *, data_free: bool, epoch_ends: bool = False
     ) -> None:
         """A batch reached the loop at `at` after `wait_s` in next(): a real one, or one handed again;
         `epoch_ends` when it is the epoch's last, as the loader's length tells."""
@@ -251,18 +251,18 @@ class CeilingTurns:
             turn.intervals += 1
             turn.seconds += at - self._last_at
             turn.wait_s += wait_s
-        if replayed:
+        if data_free:
             self.ceiling.data_free_steps += 1
         self.step += 1
         # The batch is held only while a data-free turn may still come: then let go of it.
         self._last_batch = batch if self._turn(self.step) is not None else None
         self._last_at, self._last_epoch = at, epoch
 
-    def epoch_over(self, delivered: int, replayed: int, length: int | None) -> bool:
+    def epoch_over(self, delivered: int, data_free: int, length: int | None) -> bool:
         """Whether an epoch that keeps its length (`keep_length`) is over: its `delivered` real batches and
-        `replayed` data-free ones make the `length` the loader has. Where the length is unknown (an
+        `data_free` data-free ones make the `length` the loader has. Where the length is unknown (an
         IterableDataset), never: a warning says, once, that the schedule may then be stepped past its end."""
-        if not self.keep_length or replayed == 0:
+        if not self.keep_length or data_free == 0:
             return False
         if length is None:
             if self.ceiling.kept_length is not None:  # said once; the JSON then says no epoch kept its length
@@ -273,7 +273,7 @@ class CeilingTurns:
                 )
                 self.ceiling.kept_length = None
             return False
-        return delivered + replayed >= length
+        return delivered + data_free >= length
 
     def _measured_turn(self, step: int) -> int | None:
         """The number of the turn that measures the interval ending at delivery `step` (within one epoch), None

@@ -18,8 +18,8 @@ from loaderdoctor.tap.ceiling import CeilingTurns
 from loaderdoctor.tap.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
 from loaderdoctor.tap.signals import raise_if_stopping
 from loaderdoctor.workers.currentindex import InHand, NotingWorkerInit
+from loaderdoctor.workers.poller import run_delay_s, thread_run_delay_s
 from loaderdoctor.workers.processes import exited_workers, worker_pids
-from loaderdoctor.workers.sampler import run_delay_s, thread_run_delay_s
 
 RECENT_BATCHES = 100  # the watchdog's yardstick is the slowest of the last 50 to 100 batches
 
@@ -97,14 +97,14 @@ class EpochEnded:
 
 
 @dataclass(frozen=True)
-class BatchReplayed:
+class DataFreeBatch:
     """A data-free step (`run --ceiling`, tap/ceiling.py): next() handed the loop the batch it delivered last
     again, taking nothing from the loader. No batch of the loader's: the step before it ends here."""
 
     epoch: int
 
 
-Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded | BatchReplayed
+Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded | DataFreeBatch
 Listener = Callable[[Event], None]
 
 
@@ -184,7 +184,7 @@ class TapIterator:
         self.epoch = epoch
         self.index = 0  # the number of the next batch, failed ones counted
         self.delivered = 0
-        self.replayed = 0  # data-free batches handed this epoch (the ceiling's turns)
+        self.data_free = 0  # data-free batches handed this epoch (the ceiling's turns)
         # the epoch's length, for the ceiling's turns: its last batch ends a measured span (tap/ceiling.py)
         self.batches_in_epoch = tap.batches_per_epoch() if tap.ceiling is not None else None
         self.fingerprinted = 0  # samples of this epoch fingerprinted (see BatchDelivered.fingerprints)
@@ -246,12 +246,12 @@ class TapIterator:
         tap = self._tap
         clock = tap.clock
         if tap.ceiling is not None:
-            if tap.ceiling.epoch_over(self.delivered, self.replayed, self.batches_in_epoch):
+            if tap.ceiling.epoch_over(self.delivered, self.data_free, self.batches_in_epoch):
                 self._end_epoch(clock())  # it kept its length: its last real batches are left unasked
             if (again := tap.ceiling.hand_again(self.epoch, clock())) is not None:
-                self.replayed += 1
+                self.data_free += 1
                 self.delay_at_delivery = None  # the next real batch's step is not this one's
-                tap.emit(BatchReplayed(self.epoch))
+                tap.emit(DataFreeBatch(self.epoch))
                 return again
         # Events are made only for listeners: a guard without any pays for a clock read or two per batch.
         listening = bool(tap.listeners)
@@ -293,7 +293,7 @@ class TapIterator:
         self.delivered += 1
         if tap.ceiling is not None:
             epoch_ends = self.delivered == self.batches_in_epoch
-            tap.ceiling.delivered(self.epoch, batch, wait_s, delivered, replayed=False, epoch_ends=epoch_ends)
+            tap.ceiling.delivered(self.epoch, batch, wait_s, delivered, data_free=False, epoch_ends=epoch_ends)
         if listening:
             wait_cpu_s = time.process_time() - cpu_started
             delay_now = thread_run_delay_s() if delay_started is not None else None

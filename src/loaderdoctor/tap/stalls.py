@@ -9,8 +9,8 @@ from threading import Thread
 
 from loaderdoctor.tap.interrupt import MainThreadInterrupter
 from loaderdoctor.tap.watchdog import StallNotice
-from loaderdoctor.workers.sampler import dump_worker_stacks, kill_workers, thread_stack
-from loaderdoctor.workers.samples import WorkerStack
+from loaderdoctor.workers.poller import dump_worker_stacks, kill_workers, thread_stack
+from loaderdoctor.workers.readings import WorkerStack
 
 
 class Ended(Enum):

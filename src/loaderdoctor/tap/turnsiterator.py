@@ -13,7 +13,7 @@ from loaderdoctor.tap.ceiling import CeilingTurns
 class TurnsIterator:
     """An epoch's iterator of batches put through data-free turns, for a loop whose loader loaderdoctor does not
     tap (a guarded loader's epochs, a trainer's loader under a callback): each next() either hands the loop the
-    batch it got last, as delivered, or takes the next real one from `inner`, timing its wait. `on_replayed` is
+    batch it got last, as delivered, or takes the next real one from `inner`, timing its wait. `on_data_free` is
     told of each data-free step (a watch sets it apart from the run's batches)."""
 
     def __init__(
@@ -22,16 +22,16 @@ class TurnsIterator:
         turns: CeilingTurns,
         epoch: int,
         *,
-        on_replayed: Callable[[], None] | None = None,
+        on_data_free: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.inner = inner
         self.turns = turns
         self.epoch = epoch
-        self.on_replayed = on_replayed
+        self.on_data_free = on_data_free
         self.clock = clock
         self.delivered = 0  # real batches of this epoch
-        self.replayed = 0  # and data-free ones
+        self.data_free = 0  # and data-free ones
         try:
             self.length: int | None = len(inner)  # type: ignore[arg-type]
         except TypeError:
@@ -42,14 +42,14 @@ class TurnsIterator:
 
     def __next__(self) -> Any:
         turns = self.turns
-        if turns.epoch_over(self.delivered, self.replayed, self.length):
+        if turns.epoch_over(self.delivered, self.data_free, self.length):
             turns.left_epoch(self.clock())
             raise StopIteration
         again = turns.hand_again(self.epoch, self.clock())
         if again is not None:
-            self.replayed += 1
-            if self.on_replayed is not None:
-                self.on_replayed()
+            self.data_free += 1
+            if self.on_data_free is not None:
+                self.on_data_free()
             return again
         started = self.clock()
         try:
@@ -59,11 +59,11 @@ class TurnsIterator:
             raise
         at = self.clock()
         self.delivered += 1
-        turns.delivered(self.epoch, batch, at - started, at, replayed=False, epoch_ends=self.delivered == self.length)
+        turns.delivered(self.epoch, batch, at - started, at, data_free=False, epoch_ends=self.delivered == self.length)
         return batch
 
     def __getattr__(self, name: str) -> Any:
-        own = ("inner", "turns", "epoch", "on_replayed", "clock", "delivered", "replayed", "length")
+        own = ("inner", "turns", "epoch", "on_data_free", "clock", "delivered", "data_free", "length")
         if name.startswith("__") or name in own:
             raise AttributeError(name)
         return getattr(self.inner, name)  # the inner iterator's own attributes (len, _workers, ...) read through

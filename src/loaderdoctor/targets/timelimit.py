@@ -8,8 +8,8 @@ from types import TracebackType
 
 from loaderdoctor.tap.interrupt import Interrupted, MainThreadInterrupter
 from loaderdoctor.tap.signals import in_main_thread
-from loaderdoctor.workers.sampler import thread_stack
-from loaderdoctor.workers.samples import WorkerStack
+from loaderdoctor.workers.poller import thread_stack
+from loaderdoctor.workers.readings import WorkerStack
 
 # After the limit, how often the main thread is interrupted again while it has not left the block (code that
 # catches every exception, or a signal that came between two calls of a C function that retries).

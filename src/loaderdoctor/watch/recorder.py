@@ -23,9 +23,9 @@ from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
 from loaderdoctor.recording.record import BatchRecord, Recording, SampleError, WorkerDeath, startup_batches
 from loaderdoctor.tap.deathwatch import WorkerEnd, ended_with_job
-from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, BatchReplayed, EpochEnded, Event, IteratorCreated
+from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, DataFreeBatch, EpochEnded, Event, IteratorCreated
 from loaderdoctor.workers.deaths import oom_kills, signal_name
-from loaderdoctor.workers.sampler import WorkerSampler
+from loaderdoctor.workers.poller import WorkerPoller
 
 # BatchRecords kept at most: past this, every other kept one goes (start-up batches always stay).
 MAX_BATCH_RECORDS = 50_000
@@ -69,9 +69,9 @@ class RunRecorder:
         self.clock = clock
         self.started = clock()
         self._sampler_epoch = sampler_epoch
-        # The run's sampler, once worker_sampler() made it: held weakly, as its owner holds it and its `pids`
+        # The run's worker poller, once worker_poller() made it: held weakly, as its owner holds it and its `pids`
         # often hold this recorder (a cycle would keep a dropped loader's persistent workers for the collector).
-        self._sampler: weakref.ref[WorkerSampler] | None = None
+        self._poller: weakref.ref[WorkerPoller] | None = None
         self._is_death = is_death
         self._death = death
         self._max_batches = max_batches
@@ -127,7 +127,7 @@ class RunRecorder:
             self._epoch_ended(event)
         elif isinstance(event, BatchFailed):
             self._failed(event)
-        elif isinstance(event, BatchReplayed):
+        elif isinstance(event, DataFreeBatch):
             self._close_step(self.clock())  # a data-free step (tap/ceiling.py) is no batch of the run's
 
     def _iterator_created(self, event: IteratorCreated) -> None:
@@ -147,9 +147,9 @@ class RunRecorder:
         now = self.clock()
         self._close_step(now - event.wait_s, event.step_run_delay_s)
         batch = self.book.delivered(event, now)
-        sampler = self._sampler() if self._sampler is not None else None
-        if sampler is not None and self.book.startup_just_ended():
-            sampler.sample_soon()  # the workers' memory as they start: the base of their growth
+        poller = self._poller() if self._poller is not None else None
+        if poller is not None and self.book.startup_just_ended():
+            poller.poll_soon()  # the workers' memory as they start: the base of their growth
         self.delivered += 1
         self.samples += event.samples
         self.wait_s += event.wait_s
@@ -272,19 +272,19 @@ class RunRecorder:
                 kept.append(batch)
         self.rec.batches = kept
 
-    def worker_sampler(self, pids: Callable[[], list[int]]) -> WorkerSampler:
-        """The sampler of the workers' memory and CPU for this run (its rounds thinned over a long run), woken as
+    def worker_poller(self, pids: Callable[[], list[int]]) -> WorkerPoller:
+        """The poller of the workers' memory and CPU for this run (its rounds thinned over a long run), woken as
         started workers end their start-up."""
-        sampler = WorkerSampler(
+        poller = WorkerPoller(
             pids, interval_s=SAMPLE_EVERY_S, clock=self.clock, t0=self.started, keep_rounds=KEEP_SAMPLE_ROUNDS
         )
-        self._sampler = weakref.ref(sampler)
-        return sampler
+        self._poller = weakref.ref(poller)
+        return poller
 
     # The end
 
-    def finish(self, settings: Settings | None = None, samples: Any = None) -> Recording:
-        """The Recording of the run so far, complete; `samples` is the worker sampler whose rounds it keeps.
+    def finish(self, settings: Settings | None = None, poller: Any = None) -> Recording:
+        """The Recording of the run so far, complete; `poller` is the worker poller whose rounds it keeps.
         Safe to call more than once (the first call's Recording stands)."""
         rec = self.rec
         if self.finished:
@@ -303,9 +303,9 @@ class RunRecorder:
         rec.step_s = statistics.median(steps) if steps else None
         if len(rec.batches) != self.delivered:
             rec.batches_delivered = self.delivered
-        if samples is not None:
-            rec.worker_samples = list(samples.samples)
-            rec.host_samples = list(samples.host_samples)
+        if poller is not None:
+            rec.worker_samples = list(poller.readings)
+            rec.host_samples = list(poller.host_readings)
         self.other_load.observe()
         rec.other_processes = self.other_load.busiest(rec.wall_s)
         return rec

@@ -18,7 +18,7 @@ from loaderdoctor.host.snapshot import HostSnapshot
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.tap.ceiling import CeilingTurns, ceiling_steps, ceiling_turns
-from loaderdoctor.tap.iterator import BatchReplayed, Tap
+from loaderdoctor.tap.iterator import DataFreeBatch, Tap
 from loaderdoctor.tap.turnsiterator import TurnsIterator
 from loaderdoctor.watch.watchrun import WatchRun
 
@@ -173,11 +173,11 @@ class WatchedLoader:
             return iter(self.loader)
         epoch, listeners = self._epoch, self._run.listeners
 
-        def replayed() -> None:
+        def data_free() -> None:
             for listener in listeners:
-                listener(BatchReplayed(epoch))
+                listener(DataFreeBatch(epoch))
 
-        return TurnsIterator(iter(self.loader), self._turns, epoch, on_replayed=replayed)
+        return TurnsIterator(iter(self.loader), self._turns, epoch, on_data_free=data_free)
 
     def __len__(self) -> int:
         return len(self.loader)

@@ -1,4 +1,4 @@
-"""WatchRun: what a watch keeps apart from the WatchedLoader (its recorder, the workers' sampler, the progress
+"""WatchRun: what a watch keeps apart from the WatchedLoader (its recorder, the workers' poller, the progress
 lines), and the end of a watched run: its diagnosis logged and kept in the history."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ log = logging.getLogger("loaderdoctor")
 
 class WatchRun:
     """What a watch keeps, apart from the WatchedLoader (so that its finalizer can end it): the recorder, the
-    workers' sampler, the thread that logs progress, and the end of the run."""
+    workers' poller, the thread that logs progress, and the end of the run."""
 
     def __init__(
         self,
@@ -88,8 +88,8 @@ class WatchRun:
         self._torch_iterator, self._held = torch_iterator, held
         self._follower: deathwatch.Follower | None = None
         self._folder: str | None = None  # the watch's own, for the index each worker holds (in_hand_slots)
-        recorder = self.recorder  # not self: a run and its sampler holding each other would keep the loader
-        self.sampler = recorder.worker_sampler(lambda: recorder.worker_pids)
+        recorder = self.recorder  # not self: a run and its poller holding each other would keep the loader
+        self.poller = recorder.worker_poller(lambda: recorder.worker_pids)
         self._ticker = BackgroundThread(OWN_THREAD_PREFIX + "watch", self._tick, log_every_s)
         self._lock = threading.Lock()
         self._last_tick = (self.recorder.started, 0, 0.0, 0, 0.0)  # clock, batches, wait, samples, step
@@ -101,13 +101,13 @@ class WatchRun:
         self.job: JobStore | None = None  # in a distributed run with a ceiling, where the ranks meet
 
     def start(self) -> None:
-        """At the first iter(): the sampler and the progress lines begin."""
+        """At the first iter(): the poller and the progress lines begin."""
         if not self.running:
             self.running = True
             if self.ceiling is not None:
                 self.job = _job_store()
             self._follower = deathwatch.follow(self._torch_iterator, self._held, self.recorder.note_end)
-            self.sampler.start()
+            self.poller.start()
             self._ticker.start()
 
     def on_event(self, event: Event) -> None:
@@ -218,7 +218,7 @@ class WatchRun:
             return self.report
         self.closed = True
         self._ticker.stop()
-        self.sampler.stop()
+        self.poller.stop()
         if self._follower is not None:
             deathwatch.unfollow(self._follower)
         if self._folder is not None:
@@ -243,7 +243,7 @@ class WatchRun:
         return self.report
 
     def _diagnose(self, job: Finding | None) -> LoaderReport:
-        rec = self.recorder.finish(self.settings(), self.sampler)
+        rec = self.recorder.finish(self.settings(), self.poller)
         return finish_run(
             "watch",
             self.name,

@@ -11,12 +11,12 @@ import time
 
 from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.filelocks import FileLockWatch
-from loaderdoctor.workers.sampler import StackDumpHook
-from loaderdoctor.workers.sites import SiteSampler, activity_path, thread_cpu_clock
+from loaderdoctor.workers.poller import StackDumpHook
+from loaderdoctor.workers.sites import SiteProfiler, activity_path, thread_cpu_clock
 
 # Runs before multiprocessing's own exit finalizers of lower priority, while the worker is still whole.
 _EXIT_PRIORITY = 10
-# The threads the hook starts in each worker (the site sampler, where threads have a CPU clock of their own):
+# The threads the hook starts in each worker (the site profiler, where threads have a CPU clock of their own):
 # not the worker's own, when its threads are counted.
 THREADS_PER_WORKER = 1 if hasattr(time, "pthread_getcpuclockid") else 0
 
@@ -40,12 +40,12 @@ class ProbeWorkerHook:
         cpu_clock = thread_cpu_clock(ident)
         if cpu_clock is None:
             return  # without a thread's CPU clock, waiting cannot be told from computing: no sampling
-        sampler = SiteSampler(
+        profiler = SiteProfiler(
             activity_path(self.dump_dir, os.getpid()),
             ident,
             cpu_clock,
             lock_calls=watch.counts,
             lock_free=self.lock_free,
         )
-        sampler.start()
-        multiprocessing.util.Finalize(None, sampler.stop, exitpriority=_EXIT_PRIORITY)
+        profiler.start()
+        multiprocessing.util.Finalize(None, profiler.stop, exitpriority=_EXIT_PRIORITY)

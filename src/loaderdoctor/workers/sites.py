@@ -41,7 +41,7 @@ def thread_cpu_clock(ident: int) -> int | None:
         return None
 
 
-class SiteSampler:
+class SiteProfiler:
     """Samples, every interval_s from a daemon thread, where the thread `ident` is and the CPU it used, and
     writes the totals to `path` every flush_s and at stop(). lock_calls gives the file-lock calls counted in
     this process (see filelocks.py), written with the totals."""
@@ -75,9 +75,9 @@ class SiteSampler:
         self._last_cpu = time.clock_gettime(cpu_clock)
         self._lock = threading.Lock()
         self._next_flush = 0.0
-        self._thread = BackgroundThread(OWN_THREAD_PREFIX + "site-sampler", self._tick, interval_s)
+        self._thread = BackgroundThread(OWN_THREAD_PREFIX + "site-profiler", self._tick, interval_s)
 
-    def start(self) -> SiteSampler:
+    def start(self) -> SiteProfiler:
         self._next_flush = self.clock() + self.flush_s
         self._thread.start()
         return self
@@ -88,12 +88,12 @@ class SiteSampler:
         self.flush()
 
     def _tick(self) -> None:
-        self.sample_once()
+        self.profile_once()
         if self.clock() >= self._next_flush:
             self.flush()
             self._next_flush = self.clock() + self.flush_s
 
-    def sample_once(self) -> None:
+    def profile_once(self) -> None:
         """Give the time since the last sample, wall and CPU, to the site where the thread is now."""
         frame = thread_frames().get(self.ident)
         if frame is None:

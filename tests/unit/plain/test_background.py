@@ -1,4 +1,4 @@
-"""The one background-thread lifecycle (plain/background.py), and the watchdog and samplers that run on it."""
+"""The one background-thread lifecycle (plain/background.py), and the watchdog, poller and profiler on it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from loaderdoctor.plain.background import BackgroundThread
 from loaderdoctor.tap.watchdog import StallNotice, StallPolicy, Watchdog
-from loaderdoctor.workers.sampler import WorkerSampler
-from loaderdoctor.workers.sites import SiteSampler, thread_cpu_clock
+from loaderdoctor.workers.poller import WorkerPoller
+from loaderdoctor.workers.sites import SiteProfiler, thread_cpu_clock
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -183,7 +183,7 @@ def test_a_stall_handler_may_stop_its_own_watchdog():
 
 
 def test_the_worker_sampler_can_be_stopped_from_its_own_thread():
-    """A pids() callback that stops the sampler runs in the sampler's thread: stop() returns the samples there
+    """A pids() callback that stops the poller runs in the poller's thread: stop() returns the samples there
     (it used to join its own thread, a RuntimeError that ended the thread)."""
     returned: list[object] = []
     calls: list[int] = []
@@ -192,18 +192,18 @@ def test_the_worker_sampler_can_be_stopped_from_its_own_thread():
         calls.append(1)
         if len(calls) == 1:
             try:
-                returned.append(sampler.stop())
+                returned.append(poller.stop())
             except BaseException as error:  # recorded, then asserted on
                 returned.append(error)
         return []
 
-    sampler = WorkerSampler(pids, interval_s=0.001)
-    sampler.start()  # after the name is bound: pids() reads it
-    sampler._thread.join(timeout=5.0)
-    assert not _named("loaderdoctor-sampler")
-    assert len(returned) == 1 and returned[0] is sampler.samples
+    poller = WorkerPoller(pids, interval_s=0.001)
+    poller.start()  # after the name is bound: pids() reads it
+    poller._thread.join(timeout=5.0)
+    assert not _named("loaderdoctor-poller")
+    assert len(returned) == 1 and returned[0] is poller.readings
     assert calls == [1]  # no round after the one that stopped it
-    assert sampler.stop() is sampler.samples
+    assert poller.stop() is poller.readings
 
 
 def test_the_site_sampler_keeps_its_name_and_writes_at_stop(tmp_path):
@@ -212,9 +212,9 @@ def test_the_site_sampler_keeps_its_name_and_writes_at_stop(tmp_path):
     if cpu_clock is None:
         pytest.skip("no thread CPU clock on this platform")
     path = tmp_path / "activity.json"
-    sampler = SiteSampler(str(path), ident, cpu_clock, interval_s=0.001, flush_s=60.0).start()
-    assert _named("loaderdoctor-site-sampler")
-    sampler.stop()
-    sampler.stop()
-    assert not _named("loaderdoctor-site-sampler")
+    profiler = SiteProfiler(str(path), ident, cpu_clock, interval_s=0.001, flush_s=60.0).start()
+    assert _named("loaderdoctor-site-profiler")
+    profiler.stop()
+    profiler.stop()
+    assert not _named("loaderdoctor-site-profiler")
     assert path.exists()

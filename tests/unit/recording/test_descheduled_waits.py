@@ -16,7 +16,7 @@ from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import Recording, data_wait_s, wait_fraction
 from loaderdoctor.rules.throughput import input_bound, worker_respawn
 from loaderdoctor.tap.iterator import BatchDelivered, Tap
-from loaderdoctor.workers.sampler import thread_run_delay_s
+from loaderdoctor.workers.poller import thread_run_delay_s
 
 counted = pytest.mark.skipif(
     not Path("/proc/thread-self/schedstat").exists() or thread_run_delay_s() is None,

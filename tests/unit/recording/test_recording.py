@@ -16,7 +16,7 @@ from loaderdoctor.recording.rates import batches_per_s, epoch_batches, epoch_ove
 from loaderdoctor.recording.record import (
     AliveThread,
     BatchRecord,
-    HostSample,
+    HostReading,
     OtherProcess,
     Recording,
     SampleError,
@@ -25,7 +25,7 @@ from loaderdoctor.recording.record import (
     StrayProcess,
     Window,
     WorkerDeath,
-    WorkerSample,
+    WorkerReading,
     WorkerStack,
     startup_s,
     steady_batches,
@@ -43,8 +43,8 @@ def _batch(epoch: int, index: int, wait_s: float = 0.01, step_s: float = 0.04, w
     )
 
 
-def _sample(pid: int, t_s: float, cpu_s: float = 0.0, uss_mb: float = 100.0) -> WorkerSample:
-    return WorkerSample(
+def _sample(pid: int, t_s: float, cpu_s: float = 0.0, uss_mb: float = 100.0) -> WorkerReading:
+    return WorkerReading(
         t_s=t_s, pid=pid, uss_bytes=int(uss_mb * MIB), rss_bytes=int(uss_mb * MIB) * 2, cpu_s=cpu_s, threads=1
     )
 
@@ -346,7 +346,7 @@ def _recording_with_every_nested_kind() -> Recording:
         settings=Settings(num_workers=2, prefetch_factor=4, persistent_workers=True, start_method="forkserver"),
         iterators=make_iterators(2, "forkserver", native_threads=3),
         windows=[Window(0.5, 1.5), Window(1.5, 2.25)],
-        host_samples=[HostSample(0.0, 1000.0, 1.5), HostSample(0.25, 1000.5, 1.75)],
+        host_samples=[HostReading(0.0, 1000.0, 1.5), HostReading(0.25, 1000.5, 1.75)],
         other_processes=[OtherProcess(4321, "python other.py", 0.75)],
         sample_errors=[SampleError(0, 3, 12, "ValueError", "bad"), SampleError(1, 5, None, "KeyError", "'x'")],
         stall=Stall(

@@ -13,7 +13,7 @@ from loaderdoctor.host.forkhazards import AliveThread, IteratorFacts
 from loaderdoctor.plain.frames import StackFrame
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.workers.deaths import WorkerDeath
-from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
+from loaderdoctor.workers.readings import HostReading, WorkerReading, WorkerStack
 
 # Written by Recording.to_dict() on main 8f84b53, when every part of a Recording lived in recording/record.py:
 # every kind of part present at least once.
@@ -49,8 +49,8 @@ def test_its_parts_are_rebuilt_as_the_classes_of_the_layers_that_produce_them():
         OtherProcess: rec.other_processes[0],
         IteratorFacts: rec.iterators[0],
         AliveThread: rec.iterators[0].threads[0],
-        WorkerSample: rec.worker_samples[0],
-        HostSample: rec.host_samples[0],
+        WorkerReading: rec.worker_samples[0],
+        HostReading: rec.host_samples[0],
         WorkerStack: stack,
         StackFrame: stack.stuck_frame,
         WorkerDeath: rec.worker_deaths[0],

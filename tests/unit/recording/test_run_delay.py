@@ -10,11 +10,11 @@ import pytest
 from recordings import make_host, make_recording
 
 from loaderdoctor.loader.settings import Settings
-from loaderdoctor.recording.record import HostSample, Recording
+from loaderdoctor.recording.record import HostReading, Recording
 from loaderdoctor.recording.usage import loading_cpu
 from loaderdoctor.rules._common import WAITING_SHARE
 from loaderdoctor.rules.throughput import input_bound
-from loaderdoctor.workers.sampler import WorkerSampler, parse_run_delay_s, run_delay_s
+from loaderdoctor.workers.poller import WorkerPoller, parse_run_delay_s, run_delay_s
 
 TWO = Settings(num_workers=2, persistent_workers=True)
 SCHEDSTAT = Path(f"/proc/self/task/{os.getpid()}/schedstat")
@@ -49,17 +49,17 @@ def test_a_process_run_delay_sums_its_threads(tmp_path):
 
 @pytest.mark.skipif(not SCHEDSTAT.exists(), reason="this kernel keeps no schedstat")
 def test_the_sampler_records_the_run_delay_of_workers_and_of_the_training_process():
-    sampler = WorkerSampler(lambda: [os.getpid()])
-    sampler.sample_once()
-    (sample,) = sampler.samples
-    (host,) = sampler.host_samples
+    poller = WorkerPoller(lambda: [os.getpid()])
+    poller.poll_once()
+    (sample,) = poller.readings
+    (host,) = poller.host_readings
     assert sample.run_delay_s is not None and sample.run_delay_s >= 0.0
     assert host.main_run_delay_s is not None and host.main_run_delay_s >= 0.0
 
 
 def test_reports_saved_before_the_run_delay_load_with_it_unknown():
     rec = make_recording(settings=TWO)
-    rec.host_samples = [HostSample(t_s=0.0, busy_cpu_s=1.0, main_cpu_s=0.5)]
+    rec.host_samples = [HostReading(t_s=0.0, busy_cpu_s=1.0, main_cpu_s=0.5)]
     data = rec.to_dict()
     for sample in data["worker_samples"] + data["host_samples"]:
         sample.pop("run_delay_s", None)
@@ -78,7 +78,7 @@ def _busy_machine(rec: Recording, *, others: float, main: float, workers: float,
     process and its workers at these cores, and the training process descheduled `main_delay` of each second."""
     count = int(rec.wall_s / 0.25) + 1
     rec.host_samples = [
-        HostSample(
+        HostReading(
             t_s=t,
             busy_cpu_s=(others + main + workers) * t,
             main_cpu_s=main * t,

@@ -9,17 +9,17 @@ import pytest
 from recordings import MIB, make_recording
 
 from loaderdoctor.loader.settings import Settings
-from loaderdoctor.recording.record import HostSample, WorkerSample
+from loaderdoctor.recording.record import HostReading, WorkerReading
 from loaderdoctor.recording.usage import loading_cpu, other_cores, worker_growth, worker_uss_after_startup
 
 FOUR = Settings(num_workers=4, persistent_workers=True)
 
 
-def _host_samples(wall_s: float, *, others: float, main: float, workers: float) -> list[HostSample]:
+def _host_samples(wall_s: float, *, others: float, main: float, workers: float) -> list[HostReading]:
     """The machine every 0.25 s: other processes, the training process and its workers at these cores."""
     count = int(wall_s / 0.25) + 1
     return [
-        HostSample(t_s=t, busy_cpu_s=(others + main + workers) * t, main_cpu_s=main * t)
+        HostReading(t_s=t, busy_cpu_s=(others + main + workers) * t, main_cpu_s=main * t)
         for t in (wall_s * i / (count - 1) for i in range(count))
     ]
 
@@ -91,8 +91,8 @@ def test_unknown_without_samples_or_waits():
     assert loading_cpu(make_recording(settings=Settings(), wait_s=0.0, first_batch_s=0.0)) is None
 
 
-def _sample(pid: int, t_s: float, uss_mb: float) -> WorkerSample:
-    return WorkerSample(t_s, pid, int(uss_mb * MIB), int(uss_mb * MIB), 0.0, 1)
+def _sample(pid: int, t_s: float, uss_mb: float) -> WorkerReading:
+    return WorkerReading(t_s, pid, int(uss_mb * MIB), int(uss_mb * MIB), 0.0, 1)
 
 
 def test_memory_grows_only_after_start_up():

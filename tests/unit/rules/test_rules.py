@@ -12,7 +12,7 @@ from recordings import MIB, make_host, make_iterators, make_recording, make_work
 from loaderdoctor import rules
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import (
-    HostSample,
+    HostReading,
     SampleError,
     StackFrame,
     Stall,
@@ -63,7 +63,7 @@ def test_another_job_taking_a_core_meanwhile_is_said_but_does_not_cut_the_fix():
     and the words say what the other processes took, so that the numbers add up."""
     rec = make_recording(settings=IN_MAIN_PROCESS, wait_s=0.03, step_s=0.05)
     rec.host_samples = [
-        HostSample(t_s=t / 4, busy_cpu_s=(1.0 + 0.9 * 0.375) * t / 4, main_cpu_s=0.9 * 0.375 * t / 4)
+        HostReading(t_s=t / 4, busy_cpu_s=(1.0 + 0.9 * 0.375) * t / 4, main_cpu_s=0.9 * 0.375 * t / 4)
         for t in range(int(rec.wall_s * 4) + 1)
     ]
     finding = input_bound(rec)
@@ -533,7 +533,7 @@ def _beside_other_processes(workers: int, worker_cores: float, run_delay_cores: 
         sample.cpu_s = worker_cores / workers * sample.t_s
         sample.run_delay_s = run_delay_cores / workers * sample.t_s
     times = sorted({s.t_s for s in rec.worker_samples})
-    rec.host_samples = [HostSample(t, busy_cpu_s=(worker_cores + other_cores) * t, main_cpu_s=0.0) for t in times]
+    rec.host_samples = [HostReading(t, busy_cpu_s=(worker_cores + other_cores) * t, main_cpu_s=0.0) for t in times]
     return rec
 
 

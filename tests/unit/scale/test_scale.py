@@ -17,7 +17,7 @@ from loaderdoctor.loader.facts import LoaderFacts, loader_facts
 from loaderdoctor.recording.record import StackFrame, Stall, WorkerStack
 from loaderdoctor.rules.distributed import distributed_sampler, shared_share
 from loaderdoctor.scale import join
-from loaderdoctor.scale.job import RankJob, Topology, endpoint_parts
+from loaderdoctor.scale.order import LaunchOrder, Topology, endpoint_parts
 from loaderdoctor.scale.rank import RankStep
 from loaderdoctor.scale.report import ScaleLoaderReport, ScaleReport
 from loaderdoctor.scale.results import LaunchResult, RankFailure, RankLoader, RankResult
@@ -69,8 +69,8 @@ def test_a_target_that_cannot_be_found_fails_before_any_rank_starts():
 
 
 def test_a_rank_job_loads_back_from_its_json():
-    job = RankJob("scenario:healthy", 5.0, "/tmp/x", step_ms=20.0, lock_free=True)
-    assert RankJob.from_json(job.to_json()) == job
+    launch_order = LaunchOrder("scenario:healthy", 5.0, "/tmp/x", step_ms=20.0, lock_free=True)
+    assert LaunchOrder.from_json(launch_order.to_json()) == launch_order
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from loaderdoctor.tap.ceiling import (
     Turn,
     turn_plan,
 )
-from loaderdoctor.tap.iterator import BatchDelivered, BatchReplayed, Tap
+from loaderdoctor.tap.iterator import BatchDelivered, DataFreeBatch, Tap
 from loaderdoctor.tap.turnsiterator import TurnsIterator
 
 
@@ -76,7 +76,7 @@ def test_a_map_style_stream_under_data_free_turns_is_the_stream_without_them(shu
     assert _real_stream(seen) == plain  # every sample once, in the order the seeded sampler gives
     ceiling = tap.ceiling.ceiling
     assert ceiling.data_free_steps == 30 == len(seen) - len(plain) // 4
-    assert sum(isinstance(e, BatchReplayed) for e in events) == 30
+    assert sum(isinstance(e, DataFreeBatch) for e in events) == 30
     assert sum(isinstance(e, BatchDelivered) for e in events) == 120  # the loader's batches only
 
 
@@ -111,7 +111,7 @@ def test_each_turn_is_timed_from_delivery_to_delivery_within_an_epoch():
         kind = "data-free" if replay is not None else "real"
         clock.now += 0.01 if kind == "data-free" else 0.04  # a 10 ms step, and 30 ms of waiting for real data
         turns.delivered(
-            0, replay if replay is not None else batch, 0.0 if replay else 0.03, clock.now, replayed=replay is not None
+            0, replay if replay is not None else batch, 0.0 if replay else 0.03, clock.now, data_free=replay is not None
         )
         if step == 0:
             assert replay is None  # the warm-up
@@ -138,7 +138,7 @@ def test_a_turn_after_another_leaves_out_its_first_deliveries_while_the_workers_
     for _ in range(1 + 6 + 6 + 6 + 3):
         replay = turns.replay()
         now += 0.01
-        turns.delivered(0, replay or "batch", 0.0, now, replayed=replay is not None)
+        turns.delivered(0, replay or "batch", 0.0, now, data_free=replay is not None)
     assert [t.intervals for t in ceiling.turns] == [6, 4, 4, 2]
 
 
@@ -148,7 +148,7 @@ def test_no_interval_runs_across_an_epochs_end():
     for n, epoch in zip(range(10), itertools.chain([0] * 5, [1] * 5), strict=True):
         if n == 5:
             turns.left_epoch()
-        turns.delivered(epoch, "batch", 0.0, n * (10.0 if n == 5 else 1.0), replayed=False)
+        turns.delivered(epoch, "batch", 0.0, n * (10.0 if n == 5 else 1.0), data_free=False)
     assert ceiling.turns[0].intervals == 8  # the first of each epoch starts the clock
 
 
@@ -173,7 +173,7 @@ def test_turns_around_any_iterator_hand_the_last_batch_again_and_time_the_real_o
             yield n
 
     turns = CeilingTurns(ceiling, start_after=1)
-    seen = list(TurnsIterator(batches(), turns, 0, on_replayed=lambda: told.append(1), clock=clock))
+    seen = list(TurnsIterator(batches(), turns, 0, on_data_free=lambda: told.append(1), clock=clock))
     assert seen == [0, 1, 2, 2, 2, 3, 4, 5, 6, 7]  # after a real turn (1, 2), 2 twice, then on from 3
     assert len(told) == 2 == ceiling.data_free_steps
     assert ceiling.turns[0].wait_s == pytest.approx(1.0)  # both real intervals' waits, measured around next()
@@ -212,7 +212,7 @@ def test_on_an_asynchronous_device_each_turn_holds_its_own_steps_work():
         replay = turns.replay()
         wait_s = 0.0 if replay is not None else 0.03  # real data takes 30 ms to come; the device works meanwhile
         device.now += wait_s
-        turns.delivered(0, replay or "batch", wait_s, device.clock(), replayed=replay is not None)
+        turns.delivered(0, replay or "batch", wait_s, device.clock(), data_free=replay is not None)
         device.launch(cpu_s=0.001, device_s=0.010)
     assert device.waits == 4  # where the first turn's span begins, and at each turn's end
     # the device's 10 ms a step (and the 1 ms before its first), not the loop's 1 ms: 1000 a second

@@ -190,8 +190,8 @@ def test_words_for_durations_and_money():
 def test_the_run_samples_its_workers_at_once_as_those_an_iter_started_have_each_delivered_a_batch(monkeypatch):
     clock, woken = Clock(), []
     recorder = _recorder(clock, workers=2)
-    sampler = recorder.worker_sampler(lambda: [])  # not started: only its wake is watched
-    monkeypatch.setattr(sampler, "sample_soon", lambda: woken.append(recorder.delivered))
+    poller = recorder.worker_poller(lambda: [])  # not started: only its wake is watched
+    monkeypatch.setattr(poller, "poll_soon", lambda: woken.append(recorder.delivered))
     for epoch, pids in enumerate(([11, 12], [11, 12], [21, 22])):  # persistent, then started again
         recorder.on_event(IteratorCreated(epoch, None, pids, 0.0))
         for index in range(4):

@@ -1,4 +1,4 @@
-"""A worker caught as it ends: workers/deaths.worker_death waits for its exit status; workers/sampler leaves out
+"""A worker caught as it ends: workers/deaths.worker_death waits for its exit status; workers/poller leaves out
 a sample read after its memory was given back."""
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ class _ExitingProcess:
 
 def test_a_worker_sampled_as_it_exits_is_no_sample():
     """Read between its memory's release and its end, a worker shows 0 bytes: "up to 0 MB private memory each"."""
-    from loaderdoctor.workers.sampler import WorkerSampler
+    from loaderdoctor.workers.poller import WorkerPoller
 
-    sampler = WorkerSampler(lambda: [_ExitingProcess.pid])
-    sampler._processes[_ExitingProcess.pid] = _ExitingProcess()  # type: ignore[assignment]
-    sampler.sample_once()
-    assert sampler.samples == []
+    poller = WorkerPoller(lambda: [_ExitingProcess.pid])
+    poller._processes[_ExitingProcess.pid] = _ExitingProcess()  # type: ignore[assignment]
+    poller.poll_once()
+    assert poller.readings == []

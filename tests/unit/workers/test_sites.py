@@ -1,4 +1,4 @@
-"""The site sampler on a real thread: wall and CPU time given to the site where the thread was (a lock waited
+"""The site profiler on a real thread: wall and CPU time given to the site where the thread was (a lock waited
 on with the CPU idle, a loop computing), written to its file and read back, and workers' activities joined."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from recordings import make_activity, make_recording
 
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.workers.activity import LockCalls, WorkerActivity, WorkerSite, join_activities
-from loaderdoctor.workers.sites import SiteSampler, activity_path, read_worker_activity, thread_cpu_clock
+from loaderdoctor.workers.sites import SiteProfiler, activity_path, read_worker_activity, thread_cpu_clock
 
 WAIT_S = 10.0
 LOCK_SAMPLES = 30
@@ -39,11 +39,11 @@ def test_time_goes_to_the_site_where_the_thread_was(tmp_path):
     thread = threading.Thread(target=_wait_then_compute, args=(lock, computed), daemon=True)
     thread.start()
     ident = thread.ident or 0
-    sampler = SiteSampler(activity_path(str(tmp_path), 1), ident, thread_cpu_clock(ident) or 0).start()
+    profiler = SiteProfiler(activity_path(str(tmp_path), 1), ident, thread_cpu_clock(ident) or 0).start()
     try:
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            waited = _site(sampler.activity(), "_wait_then_compute", "threading.Lock.acquire")
+            waited = _site(profiler.activity(), "_wait_then_compute", "threading.Lock.acquire")
             if waited is not None and waited.samples >= LOCK_SAMPLES:
                 break
             time.sleep(0.02)
@@ -51,7 +51,7 @@ def test_time_goes_to_the_site_where_the_thread_was(tmp_path):
         assert computed.wait(WAIT_S)
         thread.join(WAIT_S)
     finally:
-        sampler.stop()
+        profiler.stop()
     activity = read_worker_activity(str(tmp_path))  # stop() wrote the totals
     assert activity is not None
     waited = _site(activity, "_wait_then_compute", "threading.Lock.acquire")

@@ -118,7 +118,7 @@ class LoaderDoctorCallback(Callback):
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
-            self._finish(trainer)  # a fit that ended without on_fit_end: its samplers stop here at the latest
+            self._finish(trainer)  # a fit that ended without on_fit_end: its pollers stop here at the latest
 
     # Training batches
 
@@ -337,9 +337,9 @@ class LoaderDoctorCallback(Callback):
         if fit is None or fit.finished:
             return
         fit.finished = True
-        if fit.broken:  # what was recorded may be inconsistent: no diagnosis, only the samplers stopped
+        if fit.broken:  # what was recorded may be inconsistent: no diagnosis, only the pollers stopped
             for hooked in fit.loaders.values():
-                hooked.sampler.stop()
+                hooked.poller.stop()
             return
         reports: dict[str, LoaderReport] = {}
         for hooked in fit.loaders.values():

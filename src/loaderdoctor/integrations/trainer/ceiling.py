@@ -54,7 +54,7 @@ class TrainerCeiling:
         self.on_measured = on_measured
         self.pending: deque[bool] = deque()  # per batch delivered and not yet stepped on: whether data-free
         self.epoch = -1
-        self._replayed = False
+        self._data_free = False
 
     def iterator(self, inner: Iterator[Any], *, fetched_before: int = 0) -> Iterator[Any]:
         """The next epoch's iterator of batches, through the turns; `fetched_before` batches of it were already
@@ -97,15 +97,15 @@ class _Flagged(TurnsIterator):
     ceiling_only run lets the loader's workers go and tells the callback before the exit goes up."""
 
     def __init__(self, inner: Iterator[Any], owner: TrainerCeiling) -> None:
-        super().__init__(inner, owner.turns, owner.epoch, on_replayed=self._replayed)
+        super().__init__(inner, owner.turns, owner.epoch, on_data_free=self._data_free)
         self.owner = owner
-        self.was_replayed = False
+        self.was_data_free = False
 
-    def _replayed(self) -> None:
-        self.was_replayed = True
+    def _data_free(self) -> None:
+        self.was_data_free = True
 
     def __next__(self) -> Any:
-        self.was_replayed = False
+        self.was_data_free = False
         try:
             batch = super().__next__()
         except CeilingMeasured:
@@ -118,11 +118,11 @@ class _Flagged(TurnsIterator):
             if self.owner.on_measured is not None:
                 self.owner.on_measured()
             raise
-        self.owner.pending.append(self.was_replayed)
+        self.owner.pending.append(self.was_data_free)
         return batch
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("owner", "was_replayed"):
+        if name in ("owner", "was_data_free"):
             raise AttributeError(name)
         return super().__getattr__(name)
 

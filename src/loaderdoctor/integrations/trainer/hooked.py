@@ -38,7 +38,7 @@ from loaderdoctor.tap.iterator import (
 from loaderdoctor.watch.progress import Progress
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch
 from loaderdoctor.watch.watchrun import finish_run
-from loaderdoctor.workers.sampler import thread_run_delay_s
+from loaderdoctor.workers.poller import thread_run_delay_s
 
 Moment = tuple[float, float]  # (clock, the process's CPU seconds) at a hook
 
@@ -87,7 +87,7 @@ class HookedLoader:
             is_death=self._is_death,
         )
         self.worker_pids: list[int] = []
-        self.sampler = self.recorder.worker_sampler(lambda: self.worker_pids)
+        self.poller = self.recorder.worker_poller(lambda: self.worker_pids)
         self.started_at = now_iso()
         self.snapshot = take_snapshot()
         self.epoch = -1
@@ -106,7 +106,7 @@ class HookedLoader:
         self._aside_total_s = 0.0
         self._mark = (self.recorder.started, 0, 0.0, 0.0, 0.0)  # clock, batches, wait, step, set aside
         self.finished = False
-        self.sampler.start()
+        self.poller.start()
 
     def moment(self) -> Moment:
         """Now, as the hooks mark it."""
@@ -236,7 +236,7 @@ class HookedLoader:
     def data_free_step(self, started: Moment) -> None:
         """The step from `started` (its start hook) to now was on a batch handed again (the ceiling's turns,
         tap/ceiling.py): no batch of the run's, and its time is set aside, as a tapped loop's data-free step is
-        (RunRecorder's BatchReplayed). The time before it stays the next batch's wait (a trainer that fetches a batch
+        (RunRecorder's DataFreeBatch). The time before it stays the next batch's wait (a trainer that fetches a batch
         ahead fetched a real one there)."""
         now, cpu = self.moment()
         seconds, cpu_s = max(0.0, now - started[0]), max(0.0, cpu - started[1])
@@ -335,12 +335,12 @@ class HookedLoader:
         if self.finished:
             return None
         self.finished = True
-        self.sampler.stop()
+        self.poller.stop()
         if self._epoch_from is not None and self.recorder.tally is None:
             self._epoch_from = None  # workers still starting: an epoch with no batch yet is not recorded
         if not self.recorder.rec.epochs and self.recorder.tally is None:
             return None
-        rec = self.recorder.finish(self.settings, self.sampler)
+        rec = self.recorder.finish(self.settings, self.poller)
         if not main:
             return LoaderReport(self.name, rec, diagnose(rec))
         return finish_run(

@@ -1,4 +1,4 @@
-"""What the sampler sees of worker processes from outside, as plain data: their memory and CPU, the machine's CPU
+"""What the poller sees of worker processes from outside, as plain data: their memory and CPU, the machine's CPU
 beside them, and a process's stack."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from loaderdoctor.plain.frames import StackFrame
 
 
 @dataclass
-class WorkerSample:
+class WorkerReading:
     t_s: float  # seconds since the run started
     pid: int
     uss_bytes: int | None  # private memory; None where the round read the CPU only (a measuring window's edges)
@@ -22,7 +22,7 @@ class WorkerSample:
 
 
 @dataclass
-class HostSample:
+class HostReading:
     """The whole machine's CPU and the training process's at one moment, to tell other processes' load apart."""
 
     t_s: float  # seconds since the run started

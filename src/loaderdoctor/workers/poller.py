@@ -1,4 +1,5 @@
-"""Worker processes seen from outside: periodic samples of their memory, CPU and threads, and their stacks."""
+"""Worker processes seen from outside: periodic readings of their memory, CPU and threads (the poller), and their
+stacks."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ from loaderdoctor.plain.background import BackgroundThread
 from loaderdoctor.plain.frames import StackFrame
 from loaderdoctor.plain.usercode import is_user_frame
 from loaderdoctor.workers.processes import note_killed
-from loaderdoctor.workers.samples import HostSample, WorkerSample, WorkerStack
+from loaderdoctor.workers.readings import HostReading, WorkerReading, WorkerStack
 
 STACK_SIGNAL = signal.SIGUSR1
 _DUMP_WAIT_S = 1.0
 # A worker that uses less than this share of a core is idle: one blocked on a lock uses none of its own, but
-# check's site sampler (workers/sites.py) wakes in it 100 times a second, 1-2% of a core measured here.
+# check's site profiler (workers/sites.py) wakes in it 100 times a second, 1-2% of a core measured here.
 IDLE_CORE_SHARE = 0.05
-# A round of samples costs this process what the kernel takes to build each worker's USS (/proc/PID/smaps_rollup:
+# A round of readings costs this process what the kernel takes to build each worker's USS (/proc/PID/smaps_rollup:
 # a walk over its pages, 7 ms for a worker that imported torch and 30 ms for one holding 2 GB here; the rest of
 # a round is under 0.5 ms a worker). Eight such 2 GB workers every 0.25 s took a core from the training loop.
 # The next round waits until rounds take at most this share of a core, and never longer than MAX_INTERVAL_S
@@ -110,12 +111,12 @@ class _ThreadFile:
             os.close(self.fd)
 
 
-class WorkerSampler:
+class WorkerPoller:
     """A background thread that samples, every interval while active (longer where a round would take more than
     MAX_SAMPLING_SHARE of a core), each worker's USS/RSS, CPU time, run
     delay and thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the
     machine's and the training process's CPU (to tell other processes' load apart) and its run delay. With
-    `keep_rounds`, a long run keeps at most about that many rounds of samples: past it, every other round taken
+    `keep_rounds`, a long run keeps at most about that many rounds of readings: past it, every other round taken
     so far is dropped (the memory of a watched run of days stays bounded; growth and CPU are read from the
     rounds that stay)."""
 
@@ -140,21 +141,21 @@ class WorkerSampler:
         self._active = threading.Event()
         self._active.set()
         self._lock = threading.Lock()
-        self.samples: list[WorkerSample] = []
-        self.host_samples: list[HostSample] = []
+        self.readings: list[WorkerReading] = []
+        self.host_readings: list[HostReading] = []
         self._interval_s = interval_s
-        self._thread = BackgroundThread(OWN_THREAD_PREFIX + "sampler", self._tick, interval_s)
+        self._thread = BackgroundThread(OWN_THREAD_PREFIX + "poller", self._tick, interval_s)
 
-    def start(self) -> WorkerSampler:
+    def start(self) -> WorkerPoller:
         self._thread.start()
         return self
 
-    def stop(self) -> list[WorkerSample]:
-        """Stop sampling (from any thread, the sampler's own included); the samples taken."""
+    def stop(self) -> list[WorkerReading]:
+        """Stop sampling (from any thread, the poller's own included); the readings taken."""
         self._thread.stop()
-        return self.samples
+        return self.readings
 
-    def sample_soon(self) -> None:
+    def poll_soon(self) -> None:
         """A round now, whatever the spacing: new workers' private memory read as their start-up ends, which is
         where their growth is measured from (a round up to MAX_INTERVAL_S later would leave out what they copied
         meanwhile)."""
@@ -163,23 +164,23 @@ class WorkerSampler:
     def pause(self) -> None:
         """Stop sampling until resume(), with a last sample of CPU now (idle workers need no watching meanwhile)."""
         if self._active.is_set():
-            self.sample_once(private_memory=False)
+            self.poll_once(private_memory=False)
             self._active.clear()
 
     def resume(self) -> None:
         """Sample again, starting with one of CPU now."""
         if not self._active.is_set():
             self._active.set()
-            self.sample_once(private_memory=False)
+            self.poll_once(private_memory=False)
 
     def _tick(self) -> None:
         if self._active.is_set():
             cpu_before = time.thread_time()
-            self.sample_once()
+            self.poll_once()
             cost_s = time.thread_time() - cpu_before
             self._thread.interval_s = min(MAX_INTERVAL_S, max(self._interval_s, cost_s / MAX_SAMPLING_SHARE))
 
-    def sample_once(self, *, private_memory: bool = True) -> None:
+    def poll_once(self, *, private_memory: bool = True) -> None:
         """One round: every worker, the machine and this process, stamped alike. Without `private_memory`, no
         worker's USS is read (None): that read is most of a round's cost (MAX_SAMPLING_SHARE), and a measuring
         window's edges need the CPU only, without keeping the loop from its batches while its workers run ahead."""
@@ -198,38 +199,38 @@ class WorkerSampler:
                 continue
             cpu_s = cpu.user + cpu.system
             uss = memory.uss if private_memory else None
-            taken.append(WorkerSample(t_s, pid, uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
+            taken.append(WorkerReading(t_s, pid, uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
         try:
             own = self._own.cpu_times()
-            host = HostSample(t_s, machine_busy_cpu_s(), own.user + own.system, run_delay_s(self._own.pid))
+            host = HostReading(t_s, machine_busy_cpu_s(), own.user + own.system, run_delay_s(self._own.pid))
         except (psutil.Error, OSError):
             host = None
         with self._lock:
-            self.samples.extend(taken)
+            self.readings.extend(taken)
             if host is not None:
-                self.host_samples.append(host)
+                self.host_readings.append(host)
             if self._keep_rounds is not None:
                 self._round_times.append(t_s)
                 if len(self._round_times) > self._keep_rounds:
                     self._thin()
 
     def _thin(self) -> None:
-        """Drop every other round of samples taken so far (the first and the latest stay)."""
+        """Drop every other round of readings taken so far (the first and the latest stay)."""
         kept = set(self._round_times[::2]) | {self._round_times[-1]}
         self._round_times = sorted(kept)
-        self.samples = [s for s in self.samples if s.t_s in kept]
-        self.host_samples = [s for s in self.host_samples if s.t_s in kept]
+        self.readings = [s for s in self.readings if s.t_s in kept]
+        self.host_readings = [s for s in self.host_readings if s.t_s in kept]
 
     def cpu_idle(self, pids: list[int], window_s: float, max_core_share: float = IDLE_CORE_SHARE) -> bool | None:
         """Whether none of `pids` used more than max_core_share of a core over the last window_s; None if
         unknown."""
         with self._lock:
-            samples = list(self.samples)
-        if not samples:
+            readings = list(self.readings)
+        if not readings:
             return None
-        now = samples[-1].t_s
+        now = readings[-1].t_s
         for pid in pids:
-            series = [s for s in samples if s.pid == pid]
+            series = [s for s in readings if s.pid == pid]
             recent = [s for s in series if s.t_s >= now - window_s]
             if not series or series[0].t_s > now - window_s or len(recent) < 2:
                 return None  # not watched long enough to say

@@ -1,4 +1,4 @@
-"""check's data-free windows (probe/dataless.py): the step on one batch, window after window; on an asynchronous
+"""check's data-free windows (probe/datafree.py): the step on one batch, window after window; on an asynchronous
 device each window holds its own steps' work."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from simulated_device import SimulatedDevice
 
-from loaderdoctor.probe.dataless import DataFreeWindows
+from loaderdoctor.probe.datafree import DataFreeWindows
 
 
 def test_a_window_on_an_asynchronous_device_holds_its_steps_work_not_their_launches():

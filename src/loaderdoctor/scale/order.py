@@ -1,4 +1,4 @@
-"""What one launch of ranks is asked to do (RankJob, handed to every rank as JSON) and where it runs (Topology)."""
+"""What one launch of ranks is asked to do (LaunchOrder, handed to every rank as JSON) and where it runs (Topology)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from loaderdoctor.errors import UsageError
 
 
 @dataclass(frozen=True)
-class RankJob:
+class LaunchOrder:
     """What every rank of one launch does: measure the loaders of `target` for `budget_s` seconds in all (shared
     by the loaders), the ranks stepping together; with `lock_free`, lock calls on files opened read-only are
     no-ops in the workers."""
@@ -29,7 +29,7 @@ class RankJob:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> RankJob:
+    def from_json(cls, text: str) -> LaunchOrder:
         return cls(**json.loads(text))
 
 

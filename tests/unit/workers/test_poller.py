@@ -19,9 +19,9 @@ import torch.utils.data.dataloader
 
 import loaderdoctor.loader.settings
 from loaderdoctor.plain.usercode import is_user_frame
-from loaderdoctor.recording.record import StackFrame, WorkerSample
-from loaderdoctor.workers.sampler import (
-    WorkerSampler,
+from loaderdoctor.recording.record import StackFrame, WorkerReading
+from loaderdoctor.workers.poller import (
+    WorkerPoller,
     dump_worker_stacks,
     machine_busy_cpu_s,
     parse_faulthandler,
@@ -160,7 +160,7 @@ def test_thread_stack_of_a_finished_thread_is_empty():
     assert stack.stuck_frame is None
 
 
-# WorkerSampler
+# WorkerPoller
 
 
 class FakeClock:
@@ -173,10 +173,10 @@ class FakeClock:
 
 def test_sample_once_on_this_process():
     clock = FakeClock()
-    sampler = WorkerSampler(lambda: [os.getpid()], clock=clock)
+    poller = WorkerPoller(lambda: [os.getpid()], clock=clock)
     clock.now = 51.5
-    sampler.sample_once()
-    (sample,) = sampler.samples
+    poller.poll_once()
+    (sample,) = poller.readings
     assert sample.pid == os.getpid()
     assert sample.t_s == 1.5
     assert sample.uss_bytes > 0
@@ -186,9 +186,9 @@ def test_sample_once_on_this_process():
 
 
 def test_sample_once_skips_a_pid_that_is_gone():
-    sampler = WorkerSampler(lambda: [2**22 + 12345], clock=FakeClock())  # above the largest pid Linux allows
-    sampler.sample_once()
-    assert sampler.samples == []
+    poller = WorkerPoller(lambda: [2**22 + 12345], clock=FakeClock())  # above the largest pid Linux allows
+    poller.poll_once()
+    assert poller.readings == []
 
 
 def test_rounds_that_cost_much_are_spaced_to_take_at_most_a_twentieth_of_a_core(monkeypatch):
@@ -202,10 +202,10 @@ def test_rounds_that_cost_much_are_spaced_to_take_at_most_a_twentieth_of_a_core(
         while time.thread_time() < spent:
             pass
 
-    monkeypatch.setattr(WorkerSampler, "sample_once", costly_round)
-    sampler = WorkerSampler(lambda: [], interval_s=0.01).start()
+    monkeypatch.setattr(WorkerPoller, "poll_once", costly_round)
+    poller = WorkerPoller(lambda: [], interval_s=0.01).start()
     time.sleep(1.5)
-    sampler.stop()
+    poller.stop()
     # Unbounded: a round every 0.03 s, about 50. Bounded: 0.02 s of CPU, then 0.4 s of rest (5% of a core).
     assert 2 <= len(rounds) <= 6, rounds
     assert min(b - a for a, b in itertools.pairwise(rounds)) >= 0.35
@@ -213,42 +213,42 @@ def test_rounds_that_cost_much_are_spaced_to_take_at_most_a_twentieth_of_a_core(
 
 def test_cheap_rounds_keep_their_interval(monkeypatch):
     rounds = []
-    monkeypatch.setattr(WorkerSampler, "sample_once", lambda self: rounds.append(time.monotonic()))
-    sampler = WorkerSampler(lambda: [], interval_s=0.05).start()
+    monkeypatch.setattr(WorkerPoller, "poll_once", lambda self: rounds.append(time.monotonic()))
+    poller = WorkerPoller(lambda: [], interval_s=0.05).start()
     time.sleep(1.0)
-    sampler.stop()
+    poller.stop()
     assert len(rounds) >= 10  # one every 0.05 s: 20 on a quiet machine
 
 
-def _feed(sampler: WorkerSampler, pid: int, cpu_at: list[tuple[float, float]]) -> None:
+def _feed(poller: WorkerPoller, pid: int, cpu_at: list[tuple[float, float]]) -> None:
     for t_s, cpu_s in cpu_at:
-        sampler.samples.append(WorkerSample(t_s=t_s, pid=pid, uss_bytes=1, rss_bytes=1, cpu_s=cpu_s, threads=1))
+        poller.readings.append(WorkerReading(t_s=t_s, pid=pid, uss_bytes=1, rss_bytes=1, cpu_s=cpu_s, threads=1))
 
 
 def test_cpu_idle_on_hand_fed_samples():
-    sampler = WorkerSampler(lambda: [], clock=FakeClock())
-    assert sampler.cpu_idle([1], 2.0) is None  # no samples at all
-    _feed(sampler, 1, [(0.0, 0.0), (1.0, 0.5), (2.0, 1.0), (3.0, 1.02), (4.0, 1.04)])  # busy, then idle
-    _feed(sampler, 2, [(0.0, 0.0), (1.0, 0.3), (2.0, 0.6), (3.0, 0.9), (4.0, 1.2)])  # busy throughout
-    assert sampler.cpu_idle([1], 2.0) is True  # 0.04 CPU s in the last 2 s: 2% of a core, check's sampler's
-    assert sampler.cpu_idle([1], 3.0) is False  # 0.54 CPU s in the last 3 s
-    assert sampler.cpu_idle([2], 2.0) is False
-    assert sampler.cpu_idle([1, 2], 2.0) is False
-    assert sampler.cpu_idle([1], 2.0, max_core_share=0.01) is False
-    _feed(sampler, 5, [(0.0, 0.0), (2.0, 0.09), (4.0, 0.3)])  # 4.5% of a core, then 10.5%
-    assert sampler.cpu_idle([5], 2.0) is False
-    assert sampler.cpu_idle([5], 4.0) is False  # 7.5% over the 4 s
-    assert sampler.cpu_idle([5], 1.0) is None  # one sample in the window: not watched long enough
+    poller = WorkerPoller(lambda: [], clock=FakeClock())
+    assert poller.cpu_idle([1], 2.0) is None  # no samples at all
+    _feed(poller, 1, [(0.0, 0.0), (1.0, 0.5), (2.0, 1.0), (3.0, 1.02), (4.0, 1.04)])  # busy, then idle
+    _feed(poller, 2, [(0.0, 0.0), (1.0, 0.3), (2.0, 0.6), (3.0, 0.9), (4.0, 1.2)])  # busy throughout
+    assert poller.cpu_idle([1], 2.0) is True  # 0.04 CPU s in the last 2 s: 2% of a core, check's poller's
+    assert poller.cpu_idle([1], 3.0) is False  # 0.54 CPU s in the last 3 s
+    assert poller.cpu_idle([2], 2.0) is False
+    assert poller.cpu_idle([1, 2], 2.0) is False
+    assert poller.cpu_idle([1], 2.0, max_core_share=0.01) is False
+    _feed(poller, 5, [(0.0, 0.0), (2.0, 0.09), (4.0, 0.3)])  # 4.5% of a core, then 10.5%
+    assert poller.cpu_idle([5], 2.0) is False
+    assert poller.cpu_idle([5], 4.0) is False  # 7.5% over the 4 s
+    assert poller.cpu_idle([5], 1.0) is None  # one sample in the window: not watched long enough
 
 
 def test_cpu_idle_is_unknown_when_not_watched_long_enough():
-    sampler = WorkerSampler(lambda: [], clock=FakeClock())
-    _feed(sampler, 1, [(0.0, 0.0), (1.0, 0.0), (2.0, 0.0), (3.0, 0.0), (4.0, 0.0)])
-    _feed(sampler, 3, [(3.5, 0.0), (4.0, 0.0)])  # first seen 0.5 s ago
-    assert sampler.cpu_idle([1], 2.0) is True
-    assert sampler.cpu_idle([3], 2.0) is None
-    assert sampler.cpu_idle([1, 3], 2.0) is None
-    assert sampler.cpu_idle([4], 2.0) is None  # never sampled
+    poller = WorkerPoller(lambda: [], clock=FakeClock())
+    _feed(poller, 1, [(0.0, 0.0), (1.0, 0.0), (2.0, 0.0), (3.0, 0.0), (4.0, 0.0)])
+    _feed(poller, 3, [(3.5, 0.0), (4.0, 0.0)])  # first seen 0.5 s ago
+    assert poller.cpu_idle([1], 2.0) is True
+    assert poller.cpu_idle([3], 2.0) is None
+    assert poller.cpu_idle([1, 3], 2.0) is None
+    assert poller.cpu_idle([4], 2.0) is None  # never sampled
 
 
 def test_thread_idle_tells_a_busy_thread_from_a_blocked_one():
@@ -277,7 +277,7 @@ def test_thread_idle_tells_a_busy_thread_from_a_blocked_one():
 
 _HOOKED_CHILD = """
 import sys, time
-from loaderdoctor.workers.sampler import StackDumpHook
+from loaderdoctor.workers.poller import StackDumpHook
 if sys.argv[2] == "hook":
     StackDumpHook(sys.argv[1])(0)
 print("ready", flush=True)
@@ -332,12 +332,12 @@ def test_the_machines_busy_time_leaves_out_a_virtual_machines_steal_and_its_gues
 
 def test_a_round_of_the_cpu_only_reads_no_private_memory_and_pausing_takes_such_rounds():
     clock = FakeClock()
-    sampler = WorkerSampler(lambda: [os.getpid()], clock=clock)
-    sampler.sample_once(private_memory=False)
-    sampler.pause()
-    sampler.resume()
-    assert len(sampler.samples) == 3 and len(sampler.host_samples) == 3
-    for sample in sampler.samples:
+    poller = WorkerPoller(lambda: [os.getpid()], clock=clock)
+    poller.poll_once(private_memory=False)
+    poller.pause()
+    poller.resume()
+    assert len(poller.readings) == 3 and len(poller.host_readings) == 3
+    for sample in poller.readings:
         assert sample.uss_bytes is None and sample.rss_bytes > 0 and sample.cpu_s > 0
-    sampler.sample_once()
-    assert sampler.samples[-1].uss_bytes > 0
+    poller.poll_once()
+    assert poller.readings[-1].uss_bytes > 0
