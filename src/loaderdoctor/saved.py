@@ -9,18 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoctor.errors import UsageError
+from loaderdoctor.kinds import KINDS, AnyReport
 from loaderdoctor.plain import jsontext as plainjson
 from loaderdoctor.plain.data import PlainDataError, path_words, rebuilt_at
-from loaderdoctor.render.kinds import KINDS
 from loaderdoctor.report import SCHEMA as CHECK_SCHEMA
-from loaderdoctor.report import Report
-from loaderdoctor.scale.report import ScaleReport
-from loaderdoctor.tune.result import TuneReport
 
-AnyReport = Report | TuneReport | ScaleReport
-
-# Each schema's report class (render/kinds.py), which rebuilds it all (plaindata checks each field by its type hint
-# on the way).
+# Each schema's report class (kinds.py), which rebuilds it all (plaindata checks each field by its type hint on the
+# way).
 SCHEMAS: dict[str, Any] = {kind.schema: kind.report for kind in KINDS}
 _SAVE_HINT = "save one with `loaderdoctor check --json > report.json` (or tune, or scale)"
 _CHANGED_HINT = "it was changed after it was saved, or not saved by loaderdoctor; " + _SAVE_HINT
@@ -115,6 +110,12 @@ def _has_recordings(loaders: dict[str, Any], source: str) -> None:
             "show it from",
             hint="run `loaderdoctor check` again to save a report that loads back",
         )
+
+
+def as_saved(report: AnyReport) -> AnyReport:
+    """The report as it loads back from its JSON: what every renderer and tracker reads."""
+    # NaN and infinity pass (the trip stays in this process); --json itself refuses them, as JSON has none.
+    return load_report(json.loads(json.dumps(report.to_dict())))
 
 
 # Where a report is shown on the console, longer strings are cut: rich takes a second to wrap a megabyte.

@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"probe", "guard"},
     {"report"},
     {"tune", "scale"},
+    {"kinds"},
     {"history"},
     {"render"},
     {"watch", "saved"},

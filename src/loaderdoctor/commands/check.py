@@ -16,12 +16,12 @@ from loaderdoctor.commands.arguments import (
     count,
     number,
 )
-from loaderdoctor.commands.running import kept, measure_and_show
-from loaderdoctor.commands.showing import add_html_arg, show
-from loaderdoctor.report import Report
+from loaderdoctor.commands.measuring import run_measuring
+from loaderdoctor.commands.showing import add_html_arg
+from loaderdoctor.kinds import BY_NAME
 
 NAME = "check"
-SCHEMA = "loaderdoctor.check/1"
+SCHEMA = BY_NAME[NAME].schema
 
 
 def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -58,24 +58,21 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Check, and show the report; on Ctrl-C or SIGTERM, what was measured so far and status 130 or 143."""
-    return measure_and_show(
-        lambda live: kept(
-            NAME,
-            not args.no_history,
-            lambda: check(
-                args.target,
-                budget_s=args.budget,
-                epochs=args.epochs,
-                step_ms=args.step_ms,
-                verify_fix=not args.no_verify,
-                progress=live.check_update,
-                epoch_batches=args.epoch_batches,
-                cost_per_hour=args.cost_per_hour,
-            ),
-        ),
-        lambda report: show(report, args, out, err),
+    return run_measuring(
+        NAME,
+        args,
+        out,
         err,
-        report_type=Report,
+        lambda live: check(
+            args.target,
+            budget_s=args.budget,
+            epochs=args.epochs,
+            step_ms=args.step_ms,
+            verify_fix=not args.no_verify,
+            progress=live.check_update,
+            epoch_batches=args.epoch_batches,
+            cost_per_hour=args.cost_per_hour,
+        ),
         stopped="what was measured before {by} (no fix verified for the loader interrupted)",
         budget_s=args.budget,
     )

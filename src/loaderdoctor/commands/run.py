@@ -17,7 +17,7 @@ from rich.console import Console
 
 from loaderdoctor.commands.arguments import add_history_arg, count
 from loaderdoctor.commands.running import log_to_trackers
-from loaderdoctor.commands.showing import as_saved, html_file, render_console
+from loaderdoctor.commands.showing import html_file, render_console
 from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.job.joining import JobRun, disarm_inherited, run_job
@@ -28,6 +28,7 @@ from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render.kinds import report_page
 from loaderdoctor.report import Report, UnwatchedProcess
+from loaderdoctor.saved import as_saved
 from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.scale.order import Topology
 from loaderdoctor.tap.ceiling import DEFAULT_STEPS

@@ -13,10 +13,11 @@ from rich.console import Console
 
 from loaderdoctor.errors import LoaderDoctorError, StoppedByUser, Terminated
 from loaderdoctor.history.records import now_iso
-from loaderdoctor.history.reports import AnyReport, keep_report
+from loaderdoctor.history.reports import keep_report
 from loaderdoctor.host.snapshot import take_snapshot
 from loaderdoctor.host.tempfolders import remove_made
 from loaderdoctor.integrations.trackers import log_to
+from loaderdoctor.kinds import AnyReport
 from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.tap.signals import SignalRaises
 

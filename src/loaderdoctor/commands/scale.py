@@ -15,10 +15,10 @@ from loaderdoctor.commands.arguments import (
     add_target_args,
     count,
 )
-from loaderdoctor.commands.running import kept, measure_and_show
-from loaderdoctor.commands.showing import add_html_arg, show
+from loaderdoctor.commands.measuring import run_measuring
+from loaderdoctor.commands.showing import add_html_arg
 from loaderdoctor.scale.launch import check_rank_count
-from loaderdoctor.scale.report import SCHEMA, ScaleReport
+from loaderdoctor.scale.report import SCHEMA
 from loaderdoctor.scale.run import DEFAULT_BUDGET_S, DEFAULT_RANKS, scale
 
 NAME = "scale"
@@ -64,24 +64,21 @@ def _rank_list(text: str) -> list[int]:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_rank_count(max(args.ranks), "--ranks")
-    return measure_and_show(
-        lambda live: kept(
-            NAME,
-            not args.no_history,
-            lambda: scale(
-                args.target,
-                ranks=args.ranks,
-                step_ms=args.step_ms,
-                budget_s=args.budget,
-                nnodes=args.nnodes,
-                node_rank=args.node_rank,
-                rdzv_endpoint=args.rdzv_endpoint,
-                progress=live.scale_update,
-            ),
-        ),
-        lambda report: show(report, args, out, err),
+    return run_measuring(
+        NAME,
+        args,
+        out,
         err,
-        report_type=ScaleReport,
+        lambda live: scale(
+            args.target,
+            ranks=args.ranks,
+            step_ms=args.step_ms,
+            budget_s=args.budget,
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            rdzv_endpoint=args.rdzv_endpoint,
+            progress=live.scale_update,
+        ),
         stopped="every rank was ended",
         budget_s=args.budget * len(set(args.ranks)),  # a launch per rank count
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -14,13 +13,14 @@ from rich.console import Console
 
 from loaderdoctor.commands.running import log_to_trackers
 from loaderdoctor.errors import UsageError
+from loaderdoctor.kinds import AnyReport
 from loaderdoctor.render import html
 from loaderdoctor.render import json as json_render
 from loaderdoctor.render.html.inline import inline_frame
 from loaderdoctor.render.kinds import KINDS, kind_of, report_page
 from loaderdoctor.render.terminal import SafeConsole
 from loaderdoctor.report import LoaderReport
-from loaderdoctor.saved import AnyReport, for_console, load_report
+from loaderdoctor.saved import as_saved, for_console
 
 
 def add_html_arg(parser: argparse.ArgumentParser) -> None:
@@ -42,12 +42,6 @@ def html_file(text: str) -> Path:
     if not path.parent.is_dir():
         raise argparse.ArgumentTypeError(f"must be a file in a folder that exists; {str(path.parent)!r} does not")
     return path
-
-
-def as_saved(report: AnyReport) -> AnyReport:
-    """The report as it loads back from its JSON: what every renderer reads."""
-    # NaN and infinity pass (the trip stays in this process); --json itself refuses them, as JSON has none.
-    return load_report(json.loads(json.dumps(report.to_dict())))
 
 
 def show(report: AnyReport, args: argparse.Namespace, out: Console, err: Console) -> None:

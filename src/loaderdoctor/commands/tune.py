@@ -14,14 +14,14 @@ from loaderdoctor.commands.arguments import (
     add_target_args,
     count,
 )
-from loaderdoctor.commands.running import kept, measure_and_show
-from loaderdoctor.commands.showing import add_html_arg, show
+from loaderdoctor.commands.measuring import run_measuring
+from loaderdoctor.commands.showing import add_html_arg
+from loaderdoctor.kinds import BY_NAME
 from loaderdoctor.tune import tune
-from loaderdoctor.tune.result import TuneReport
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S
 
 NAME = "tune"
-SCHEMA = "loaderdoctor.tune/1"
+SCHEMA = BY_NAME[NAME].schema
 
 
 def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -51,23 +51,20 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Tune, and show the report; on Ctrl-C or SIGTERM, the trials measured so far and status 130 or 143."""
-    return measure_and_show(
-        lambda live: kept(
-            NAME,
-            not args.no_history,
-            lambda: tune(
-                args.target,
-                budget_s=args.budget,
-                memory_budget=args.memory_budget,
-                step_ms=args.step_ms,
-                quick=args.quick,
-                max_workers=args.max_workers,
-                progress=live.tune_update,
-            ),
-        ),
-        lambda report: show(report, args, out, err),
+    return run_measuring(
+        NAME,
+        args,
+        out,
         err,
-        report_type=TuneReport,
+        lambda live: tune(
+            args.target,
+            budget_s=args.budget,
+            memory_budget=args.memory_budget,
+            step_ms=args.step_ms,
+            quick=args.quick,
+            max_workers=args.max_workers,
+            progress=live.tune_update,
+        ),
         stopped="the trials measured before {by} (nothing chosen for the loader interrupted)",
         budget_s=args.budget,
     )

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.streams import is_resumable_stream
+from loaderdoctor.loader.facts import length_or_none
 
 
 class EpochPlan:
@@ -143,13 +144,6 @@ def _index_sampler(loader: DataLoader) -> Any:
     return loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
 
 
-def _length(sampler: Any) -> int | None:
-    try:
-        return len(sampler)
-    except (TypeError, NotImplementedError):  # an endless sampler, or one without __len__
-        return None
-
-
 def start_epoch(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
     """The next epoch of `loader`: nothing drawn from its sampler yet but the iterator that will draw it.
 
@@ -168,7 +162,7 @@ def start_epoch(loader: DataLoader, *, draws_base_seed: bool) -> EpochPlan:
     if isinstance(loader.dataset, IterableDataset):
         return EpochPlan(None, length=None, seed_state=seed_state)  # the dataset decides where the epoch ends
     sampler = _index_sampler(loader)
-    return EpochPlan(iter(sampler), length=_length(sampler), seed_state=seed_state, states_of=loader)
+    return EpochPlan(iter(sampler), length=length_or_none(sampler), seed_state=seed_state, states_of=loader)
 
 
 def replayed(
@@ -191,7 +185,7 @@ def replayed(
     try:
         plan = EpochPlan(
             iter(sampler),
-            length=_length(sampler),
+            length=length_or_none(sampler),
             seed_state=seed_state,
             start_states=dict(start_states),
             global_state=global_state,

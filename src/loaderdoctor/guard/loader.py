@@ -277,6 +277,19 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
         if inner.pids:
             children.install()  # after torch's SIGCHLD handler, which the first iterator with workers sets
 
+    def _arm(self, inner: Inner, interrupter: MainThreadInterrupter | None) -> None:
+        """For the time of one next(): the guard's watch on `inner`'s workers, and the watchdog's interrupter where
+        it may end a stalled main-thread next()."""
+        children.arm(inner)
+        if interrupter is not None:
+            interrupter.armed, self._main_interrupter = True, interrupter
+
+    def _disarm(self, interrupter: MainThreadInterrupter | None) -> None:
+        """next() over: both disarmed (twice is harmless, as where the interrupter's signal cut the first short)."""
+        if interrupter is not None:
+            interrupter.armed, self._main_interrupter = False, None
+        children.disarm()
+
     def _open(self) -> None:
         while True:
             try:
@@ -312,15 +325,11 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
             if inner.settings.num_workers or not interrupter.installed or threading.get_ident() != _MAIN_THREAD:
                 interrupter = None  # only the main thread's next() can be interrupted, where its handler is
             try:
-                children.arm(inner)
-                if interrupter is not None:
-                    interrupter.armed, self._main_interrupter = True, interrupter
+                self._arm(inner, interrupter)
                 try:
                     batch = next(inner.iterator)
                 finally:
-                    if interrupter is not None:
-                        interrupter.armed, self._main_interrupter = False, None
-                    children.disarm()
+                    self._disarm(interrupter)
             except StopIteration:
                 self._exhausted = True
                 self._end_epoch()
@@ -328,9 +337,7 @@ class GuardedLoader(FailureHandling, Checkpoints, SkippedSamples):
             except Interrupted:
                 # The watchdog ended a main-process next() that stalled. The signal may have cut the finally
                 # short: disarm again. Loading moves to a worker, or resumes here (see _after_main_stall).
-                if interrupter is not None:
-                    interrupter.armed, self._main_interrupter = False, None
-                children.disarm()
+                self._disarm(interrupter)
                 self._recover("stall", None)
                 self._open()
                 continue

@@ -3,17 +3,17 @@ with the earlier runs of its name (run-degradation) and saved, the finding added
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from loaderdoctor.history.keep import keep_run
 from loaderdoctor.history.records import RunRecord, now_iso, run_record
 from loaderdoctor.host.snapshot import HostSnapshot
+from loaderdoctor.kinds import AnyReport, kind_of
 from loaderdoctor.report import Report
 from loaderdoctor.rules import order
 from loaderdoctor.scale.report import ScaleReport
 from loaderdoctor.tune.result import TuneReport
-
-AnyReport = Report | TuneReport | ScaleReport
 
 
 def run_name(target: str, loader: str) -> str:
@@ -82,16 +82,18 @@ def _scale_runs(report: ScaleReport, started_at: str, host: dict[str, Any]) -> d
     return runs
 
 
+# The runs each kind of report (kinds.py) keeps, by the kind's name.
+_RUNS: dict[str, Callable[[Any, str, dict[str, Any]], dict[str, RunRecord]]] = {
+    "check": _check_runs,
+    "tune": _tune_runs,
+    "scale": _scale_runs,
+}
+
+
 def keep_report(kind: str, report: AnyReport, started_at: str, snapshot: HostSnapshot) -> None:
     """Keep each loader's run of a check, tune or scale report in the history; a run clearly slower than the
     earlier ones of its name gets its run-degradation finding in the report too (check and scale show it)."""
-    host = snapshot.to_dict()
-    if isinstance(report, Report):
-        runs = _check_runs(report, started_at, host)
-    elif isinstance(report, TuneReport):
-        runs = _tune_runs(report, started_at, host)
-    else:
-        runs = _scale_runs(report, started_at, host)
+    runs = _RUNS[kind_of(report).name](report, started_at, snapshot.to_dict())
     for name, run in runs.items():
         degraded = keep_run(run)
         findings = getattr(report.loaders[name], "findings", None)

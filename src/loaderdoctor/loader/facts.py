@@ -12,12 +12,18 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 MAX_INDICES = 200_000
 
 
-def length_or_none(obj: Any) -> int | None:
-    """len(obj), or None when it has no length (a stream, or a sampler or dataset without __len__)."""
+def length_or_none(obj: Any, *, any_error: bool = False) -> int | None:
+    """len(obj), or None when it has no length: a stream, a sampler or dataset without __len__ (TypeError), or one
+    whose __len__ says it has none (NotImplementedError); with `any_error`, whatever its __len__ raises (where
+    the length only explains something else)."""
     try:
         return len(obj)
-    except TypeError:
+    except (TypeError, NotImplementedError):
         return None
+    except Exception:
+        if any_error:
+            return None
+        raise
 
 
 @dataclass

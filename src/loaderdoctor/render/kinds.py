@@ -1,5 +1,5 @@
-"""The kinds of report (check, tune, scale), one entry each: its schema, its class, and how it is shown on the
-console and as an HTML page. A new kind of report is one entry here (docs/ARCHITECTURE.md says what else)."""
+"""How each kind of report (kinds.py) is shown: on a console and as a self-contained HTML page. A new kind of
+report is one entry here too (docs/ARCHITECTURE.md says what else)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,13 @@ from typing import Any
 
 from rich.console import Console
 
+from loaderdoctor import kinds
 from loaderdoctor.render import console as check_console
 from loaderdoctor.render import scale as scale_console
 from loaderdoctor.render import tune as tune_console
 from loaderdoctor.render.html import check as check_page
 from loaderdoctor.render.html import scale as scale_page
 from loaderdoctor.render.html import tune as tune_page
-from loaderdoctor.report import SCHEMA as CHECK_SCHEMA
-from loaderdoctor.report import Report
-from loaderdoctor.scale.report import SCHEMA as SCALE_SCHEMA
-from loaderdoctor.scale.report import ScaleReport
-from loaderdoctor.tune.result import SCHEMA as TUNE_SCHEMA
-from loaderdoctor.tune.result import TuneReport
 
 
 @dataclass(frozen=True)
@@ -31,20 +26,18 @@ class ReportKind:
     page: Callable[[Any], str]  # its self-contained HTML page
 
 
-KINDS: tuple[ReportKind, ...] = (
-    ReportKind(CHECK_SCHEMA, Report, check_console.render, check_page.page),
-    ReportKind(TUNE_SCHEMA, TuneReport, tune_console.render, tune_page.page),
-    ReportKind(SCALE_SCHEMA, ScaleReport, scale_console.render, scale_page.page),
-)
+_SHOWN: dict[str, tuple[Callable[[Any, Console], None], Callable[[Any], str]]] = {
+    "check": (check_console.render, check_page.page),
+    "tune": (tune_console.render, tune_page.page),
+    "scale": (scale_console.render, scale_page.page),
+}
+KINDS: tuple[ReportKind, ...] = tuple(ReportKind(kind.schema, kind.report, *_SHOWN[kind.name]) for kind in kinds.KINDS)
 BY_SCHEMA = {kind.schema: kind for kind in KINDS}
 
 
 def kind_of(report: object) -> ReportKind:
-    """The kind a report is of."""
-    for kind in KINDS:
-        if isinstance(report, kind.report):
-            return kind
-    raise TypeError(f"not a report of check, tune or scale: a {type(report).__name__}")
+    """How a report is shown, by the kind it is of."""
+    return BY_SCHEMA[kinds.kind_of(report).schema]
 
 
 def report_page(report: object) -> str:

@@ -14,6 +14,7 @@ from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, IterableDataset
 
 from loaderdoctor.host.forkhazards import IteratorFacts, iterator_facts
+from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.tap.ceiling import CeilingTurns
 from loaderdoctor.tap.fingerprints import TALLIED_PER_EPOCH, sample_fingerprints
 from loaderdoctor.tap.signals import raise_if_stopping
@@ -397,10 +398,7 @@ class Tap:
         whose length is at most an estimate, or a sampler without one)."""
         if self.fingerprints:  # an IterableDataset
             return None
-        try:
-            return len(self.loader)
-        except TypeError:
-            return None
+        return length_or_none(self.loader)
 
     @property
     def slowest_wait_s(self) -> float:

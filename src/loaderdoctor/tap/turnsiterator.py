@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.tap.ceiling import CeilingTurns
 
 
@@ -32,10 +33,7 @@ class TurnsIterator:
         self.clock = clock
         self.delivered = 0  # real batches of this epoch
         self.data_free = 0  # and data-free ones
-        try:
-            self.length: int | None = len(inner)  # type: ignore[arg-type]
-        except TypeError:
-            self.length = None
+        self.length = length_or_none(inner)
 
     def __iter__(self) -> TurnsIterator:
         return self

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loaderdoctor import scenarios
 from loaderdoctor.errors import UsageError
+from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.loader.workload import Workload
 from loaderdoctor.plain.usercode import describe_exception, display_path, is_own_file, is_user_frame
 from loaderdoctor.targets.datamodule import datamodule_base, datamodule_loaders
@@ -268,8 +269,8 @@ def _check_has_batches(name: str, loader: DataLoader, source: str) -> None:
 
 
 def _why_no_batches(loader: DataLoader) -> tuple[str, str]:
-    samples = _length_or_none(loader.dataset)
-    selected = _length_or_none(loader.sampler)
+    samples = length_or_none(loader.dataset, any_error=True)
+    selected = length_or_none(loader.sampler, any_error=True)
     if samples == 0:
         return "its dataset is empty", "check what builds the dataset: the data path, the split, the filters"
     if selected == 0:
@@ -287,13 +288,6 @@ def _why_no_batches(loader: DataLoader) -> tuple[str, str]:
         f"its batch sampler {type(loader.batch_sampler).__name__} yields no batches",
         "check the batch sampler",
     )
-
-
-def _length_or_none(sized: Any) -> int | None:
-    try:
-        return len(sized)
-    except Exception:
-        return None
 
 
 def resolve_any(target_or_loader: Any, caller: str, limit_s: float | None = None) -> ResolvedTarget:

@@ -4,7 +4,6 @@ logged to the one a team already reads, by `loaderdoctor.log_to` or `--log-to TR
 from __future__ import annotations
 
 import inspect
-import json
 from typing import Any
 
 from loaderdoctor.errors import UsageError
@@ -14,7 +13,7 @@ from loaderdoctor.integrations.trackers.tensorboard import TensorBoardTracker
 from loaderdoctor.integrations.trackers.tracker import METRIC_PREFIX, Tracker, require_installed
 from loaderdoctor.integrations.trackers.wandb import WandbTracker
 from loaderdoctor.render.kinds import kind_of, report_page
-from loaderdoctor.saved import load_report
+from loaderdoctor.saved import as_saved
 
 # Each tracker by the name --log-to takes, with the package it needs.
 TRACKERS: dict[str, tuple[type, str]] = {
@@ -57,6 +56,5 @@ def log_to(report: Any, tracker: str, **options: Any) -> str:
     MLflow run is logged to as it is; else one is started and ended. Returns where it went, in words."""
     kind_of(report)  # a TypeError that says so for anything else
     chosen = make_tracker(tracker, **options)
-    # The page is drawn from the report as its JSON loads back, as every renderer sees it.
-    shown = load_report(json.loads(json.dumps(report.to_dict())))
+    shown = as_saved(report)  # the page drawn from the report as its JSON loads back, as every renderer sees it
     return chosen.log(summarize(shown), report_page(shown))

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoctor.kinds import BY_SCHEMA
+
 # A loader's name or a target as logged (the HTML page keeps them whole), and a finding's title.
 MAX_NAME = 120
 MAX_TITLE = 300
@@ -43,10 +45,9 @@ def summarize(report: Any) -> Summary:
     """The Summary of a report of check or run (schema loaderdoctor.check/1), tune or scale, read from its
     to_dict(): what its JSON holds, the figures a reader looks for first."""
     data = report.to_dict()
-    schema = data.get("schema", "")
-    kind = data.get("command") or schema.removeprefix("loaderdoctor.").split("/")[0]
-    read = {"check": _check_figures, "run": _check_figures, "tune": _tune_figures, "scale": _scale_figures}[kind]
-    summary = Summary(kind, bounded(str(data["target"]), MAX_NAME))
+    kind = BY_SCHEMA[data["schema"]].name
+    read = {"check": _check_figures, "tune": _tune_figures, "scale": _scale_figures}[kind]
+    summary = Summary(data.get("command") or kind, bounded(str(data["target"]), MAX_NAME))
     keys = _loader_keys(list(data["loaders"]))
     for name, loader in data["loaders"].items():
         for figure, value in read(loader).items():
