@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+import harness
 from loaderdoctor.workers import sampler as sampling
 from loaderdoctor.workers.sampler import WorkerSampler
 
@@ -46,15 +46,11 @@ class InMemory(Dataset):
         return row[:64].clone()
 
 
-def _epoch_rate(loader: DataLoader) -> float:
-    started = time.perf_counter()
-    batches = 0
-    for _ in loader:
-        spent = time.perf_counter() + 0.005
-        while time.perf_counter() < spent:
-            pass
-        batches += 1
-    return batches / (time.perf_counter() - started)
+def _step(batch: torch.Tensor) -> None:
+    """5 ms of CPU: the training step."""
+    spent = time.perf_counter() + 0.005
+    while time.perf_counter() < spent:
+        pass
 
 
 @contextlib.contextmanager
@@ -71,34 +67,48 @@ def _sampled(share: float) -> Iterator[WorkerSampler]:
         sampling.MAX_SAMPLING_SHARE = previous
 
 
+def _in_turns(loader: DataLoader, rounds: int) -> tuple[list[dict[str, float]], dict[str, list[int]]]:
+    """Each round's rate of the three loops (the order turning by one every round), and the rounds of samples the
+    sampled ones took."""
+    taken: dict[str, list[int]] = {"sampled, spaced by cost": [], "every 0.25 s": []}
+
+    def sampled(kind: str, share: float) -> float:
+        with _sampled(share) as sampler:
+            rate = harness.loop_rate(loader, _step)
+        taken[kind].append(len(sampler.host_samples))
+        return rate
+
+    kinds = {
+        "plain": lambda: harness.loop_rate(loader, _step),
+        "sampled, spaced by cost": lambda: sampled("sampled, spaced by cost", sampling.MAX_SAMPLING_SHARE),
+        "every 0.25 s": lambda: sampled("every 0.25 s", float("inf")),
+    }
+    return list(harness.in_turns(kinds, rounds, order="rotate")), taken
+
+
 def main(argv: list[str]) -> int:
-    rounds = int(argv[0]) if argv else 5
-    gib = float(argv[1]) if len(argv) > 1 else 2.0
+    parser = harness.parser(__doc__, rounds=5, rounds_as="ROUNDS")
+    parser.add_argument("gib", metavar="GIB", type=float, nargs="?", default=2.0, help="GiB held in memory")
+    args = parser.parse_args(argv)
     logging.getLogger("loaderdoctor").setLevel(logging.ERROR)
     torch.set_num_threads(1)
-    loader = DataLoader(InMemory(gib), batch_size=4, num_workers=6, persistent_workers=True)
-    _epoch_rate(loader)  # warm-up: the workers started
-    kinds = {"plain": None, "sampled, spaced by cost": sampling.MAX_SAMPLING_SHARE, "every 0.25 s": float("inf")}
-    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
-    rounds_taken: dict[str, list[int]] = {kind: [] for kind in kinds}
-    for number in range(rounds):
-        names = list(kinds)
-        for kind in names[number % 3 :] + names[: number % 3]:
-            share = kinds[kind]
-            if share is None:
-                rates[kind].append(_epoch_rate(loader))
-                continue
-            with _sampled(share) as sampler:
-                rates[kind].append(_epoch_rate(loader))
-            rounds_taken[kind].append(len(sampler.host_samples))
-    del loader
-    print(f"six workers forked from {gib:g} GiB held in memory; {rounds} rounds, one epoch of each per round")
-    print(f"{'loop':<26} {'batches/s':>10} {'of plain':>9} {'rounds of samples':>18}")
-    plain = rates["plain"]
-    for kind, measured in rates.items():
-        ratio = statistics.median(r / p for r, p in zip(measured, plain, strict=True))
-        taken = f"{statistics.median(rounds_taken[kind]):.0f}" if rounds_taken[kind] else "-"
-        print(f"{kind:<26} {statistics.median(measured):>10.1f} {ratio:>9.2f} {taken:>18}")
+    with harness.Results(__file__, args) as results:
+        loader = DataLoader(InMemory(args.gib), batch_size=4, num_workers=6, persistent_workers=True)
+        harness.loop_rate(loader, _step)  # warm-up: the workers started
+        measured, taken = _in_turns(loader, args.rounds)
+        del loader
+        print(f"six workers forked from {args.gib:g} GiB held in memory; {args.rounds} rounds, one epoch of each per "
+              "round")  # fmt: skip
+        table = harness.Table([harness.Column("loop", 26, align="<"), harness.Column("batches/s", 10, ".1f"),
+                               harness.Column("of plain", 9, ".2f"), harness.Column("rounds of samples", 18, ".0f")],
+                              rule=False)  # fmt: skip
+        table.header()
+        for kind in measured[0]:
+            ratio = harness.median_ratio(measured, kind, "plain")
+            rate, rounds_taken = harness.median(r[kind] for r in measured), harness.median(taken.get(kind, []))
+            table.row(kind, rate, ratio, rounds_taken)
+            results.add(loop=kind, batches_per_s=rate, of_plain=ratio, rounds_of_samples=rounds_taken)
+            results.figures[f"{kind}: of plain"] = ratio
     return 0
 
 
