@@ -38,8 +38,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
+# Every benchmark at its defaults, each writing its JSON (its figures, rounds and the machine's facts) to one folder
+# of the run: `python benchmarks/harness/compare.py bench-results/A bench-results/B` sets two runs side by side.
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@out=bench-results/$$(date -u +%Y%m%dT%H%M%SZ); \
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b --json $$out/$$(basename $$b .py).json || exit 1; done; \
+	echo "== results: $$out"
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -46,6 +47,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+import harness
+from harness.shared_datasets import LazyOpen, Waiting
 from loaderdoctor.loader.workload import Workload
 
 HERE = Path(__file__).resolve()
@@ -99,33 +102,6 @@ class Clips(Dataset):
         return torch.log1p(spectrum.abs().pow(2))[:128]
 
 
-class LazyFile(Dataset):
-    """Samples from a file each worker opens on first use (0.5 s, as an archive's index is read)."""
-
-    def __init__(self) -> None:
-        self.handle: object | None = None
-
-    def __len__(self) -> int:
-        return 384
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if self.handle is None:
-            time.sleep(0.5)
-            self.handle = object()
-        return torch.full((64,), float(index))
-
-
-class Storage(Dataset):
-    """Samples that wait on storage 6 ms each."""
-
-    def __len__(self) -> int:
-        return 256
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(0.006)
-        return torch.full((64,), float(index))
-
-
 def shards() -> Workload:
     return Workload(DataLoader(Shards(), batch_size=32, num_workers=2), step_ms=50)
 
@@ -143,11 +119,13 @@ def audio() -> Workload:
 
 
 def lazy_open() -> Workload:
-    return Workload(DataLoader(LazyFile(), batch_size=16, num_workers=2), step_ms=10)
+    # a file each worker opens on first use (0.5 s, as an archive's index is read)
+    return Workload(DataLoader(LazyOpen(0.5, 384), batch_size=16, num_workers=2), step_ms=10)
 
 
 def io_wait() -> Workload:
-    return Workload(DataLoader(Storage(), batch_size=8, num_workers=1, persistent_workers=True), step_ms=10)
+    # samples that wait on storage 6 ms each
+    return Workload(DataLoader(Waiting(0.006, 256), batch_size=8, num_workers=1, persistent_workers=True), step_ms=10)
 
 
 LOADERS = {
@@ -170,25 +148,12 @@ def plain_in_process(name: str, settings: dict, seconds: float) -> float:
     workload = LOADERS[name]()
     step_s = (workload.step_ms or 0.0) / 1000
     loader = LoaderSpec.from_loader(workload.train).build(Settings.from_dict(settings))
-    for _ in loader:
-        time.sleep(step_s)
-    batches, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        for _ in loader:
-            time.sleep(step_s)
-            batches += 1
-    return batches / (time.perf_counter() - started)
+    return harness.loop_rate(loader, lambda _: time.sleep(step_s), warm_up=1, seconds=seconds)
 
 
 def plain_rate(name: str, settings: dict, seconds: float) -> float | None:
     command = [sys.executable, str(HERE), "--plain", name, json.dumps(settings), str(seconds)]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=PLAIN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None
-    if result.returncode != 0:
-        raise SystemExit(f"the plain loop of {name} failed:\n{result.stderr}")
-    return float(result.stdout.strip().splitlines()[-1])
+    return harness.figure_in_fresh_process(command, PLAIN_TIMEOUT_S)
 
 
 # Load
@@ -250,22 +215,9 @@ class Row:
 
 def check(name: str, load: int, run: int, budget_s: float, plain_s: float, rounds: int) -> Row:
     target = f"{HERE}:{name.replace('-', '_')}"
-    command = [
-        sys.executable,
-        "-m",
-        "loaderdoctor",
-        "check",
-        target,
-        "--json",
-        "--no-history",
-        "--budget",
-        str(budget_s),
-    ]
     with hogs(load):
-        result = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
-        if result.returncode not in (0, 1):
-            raise SystemExit(f"check {name} failed:\n{result.stderr}")
-        (loader,) = json.loads(result.stdout)["loaders"].values()
+        report = harness.check_json(target, ["--no-history", "--budget", str(budget_s)], CHECK_TIMEOUT_S)
+        (loader,) = report["loaders"].values()
         findings = loader["findings"]
         main = f"{findings[0]['rule']} ({findings[0]['severity']})" if findings else "none"
         row = Row(name, load, run, main, any(f["severity"] == "critical" for f in findings))
@@ -290,12 +242,11 @@ def plain_in_turns(row: Row, name: str, original: dict, fix: dict, seconds: floa
     every other round, as check's windows are), under the load of the check: the speedup of their rates over
     all rounds, and the lowest and highest of the rounds' speedups (how much the truth itself moves under that
     load)."""
-    befores, afters = [], []
-    for number in range(rounds):
-        order = [(original, befores), (fix, afters)]
-        for settings, rates in order if number % 2 == 0 else order[::-1]:
-            rates.append(plain_rate(name, settings, seconds))
-    pairs = [(b, a) for b, a in zip(befores, afters, strict=True) if b and a]
+    contenders = {
+        "before": lambda: plain_rate(name, original, seconds),
+        "after": lambda: plain_rate(name, fix, seconds),
+    }
+    pairs = [(r["before"], r["after"]) for r in harness.in_turns(contenders, rounds) if r["before"] and r["after"]]
     if not pairs:
         return
     before, after = sum(b for b, _ in pairs) / len(pairs), sum(a for _, a in pairs) / len(pairs)
@@ -313,27 +264,40 @@ def _spread(spread: tuple[float, float] | None) -> str:
     return "-" if spread is None else f"{spread[0]:.2f}-{spread[1]:.2f}"
 
 
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+COLUMNS = [
+    harness.Column("loader", 12, align="<"),
+    harness.Column("hogs", 4),
+    harness.Column("run", 3),
+    harness.Column("main finding", 28, align="<", gap=1),
+    harness.Column("verdict", 14, align="<"),
+    harness.Column("check b/s", 14),
+    harness.Column("check", 7, ".2f", "x"),
+    harness.Column("pairs", 11),
+    harness.Column("plain b/s", 14),
+    harness.Column("plain", 7, ".2f", "x"),
+    harness.Column("rounds", 11),
+    harness.Column("ratio", 6),
+    harness.Column("fix", align="<", gap=1),
+]
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--plain"]:
-        name, settings, seconds = argv[1], json.loads(argv[2]), float(argv[3])
-        print(plain_in_process(name, settings, seconds))
-        return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, rounds=3)
     parser.add_argument("names", nargs="*", default=list(LOADERS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--budget", type=float, default=20.0)
     parser.add_argument("--loads", default="0,1,2", help="CPU hogs beside each check, comma-separated")
     parser.add_argument("--plain-s", type=float, default=4.0, help="seconds of each plain loop")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the plain loops, in turns")
+    parser.add_argument("--plain", nargs=3, metavar=("NAME", "SETTINGS", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.plain:  # one plain loop, in the fresh process plain_rate starts
+        print(plain_in_process(args.plain[0], json.loads(args.plain[1]), float(args.plain[2])))
+        return 0
     loads = [int(n) for n in args.loads.split(",")]
     print(f"{os.cpu_count()} cores; check --budget {args.budget:g}; {args.runs} runs per load; hogs {loads}")
-    print(f"{'loader':12} {'hogs':>4} {'run':>3}  {'main finding':28} {'verdict':14} {'check b/s':>14} {'check':>7} "
-          f"{'pairs':>11} {'plain b/s':>14} {'plain':>7} {'rounds':>11} {'ratio':>6}  fix")  # fmt: skip
+    table = harness.Table(COLUMNS, rule=False)
+    table.header()
+    results = harness.Results(__file__, args)
     rows: list[Row] = []
     for name in args.names:
         for load in loads:
@@ -341,14 +305,10 @@ def main(argv: list[str]) -> int:
                 row = check(name, load, run, args.budget, args.plain_s, args.rounds)
                 rows.append(row)
                 mark = "~" if row.unsteady else "*" if row.under_load else " "
-                ratio = "-" if row.ratio is None else f"{row.ratio:.2f}{mark}"
-                print(
-                    f"{name:12} {load:>4} {run:>3}  {row.main:28} {row.verdict or '-':14} "
-                    f"{_rates(row.check_rates):>14} {_x(row.check_speedup):>7} {_spread(row.check_spread):>11} "
-                    f"{_rates(row.plain_rates):>14} {_x(row.plain_speedup):>7} {_spread(row.plain_spread):>11} "
-                    f"{ratio:>6}  {row.fix or ''}",
-                    flush=True,
-                )
+                table.row(name, load, run, row.main, row.verdict or "-", _rates(row.check_rates), row.check_speedup,
+                          _spread(row.check_spread), _rates(row.plain_rates), row.plain_speedup,
+                          _spread(row.plain_spread), harness.shown(row.ratio, ".2f", mark), row.fix or "")  # fmt: skip
+                results.add(**dataclasses.asdict(row), ratio=row.ratio, within=row.within)
     print("\nper loader: main finding the same in every run; healthy loaders without a critical finding under load;")
     print(f"verified speedups within {GOAL_SPEEDUP_DIFF:.0%} of the plain loops' under the same load, or, under load,")
     print("within the range of the plain loops' own rounds, or said by the report to be no fair figure (~); *: every")
@@ -366,6 +326,8 @@ def main(argv: list[str]) -> int:
             f"{name:12} main {'same' if same else 'DIFFERS'} ({', '.join(mains)}); {health}; "
             f"speedups {'within' if within else 'NOT within'} ({shown})"
         )
+        results.figures[f"{name}: check/plain speedup, median"] = harness.median(ratios)
+    results.write()
     return 0
 
 

@@ -20,15 +20,15 @@ difference of the input's cost in points (goal: within 10). It measures and prin
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+import harness
 
 # mode: (whose loader, step ms, epochs); "example" is examples/starved_train.py, which the tool runs as it is
 MODES = {"starved": ("example", 20, 10), "storage": ("storage", 20, 3), "compute-bound": ("healthy", 60, 4)}
@@ -123,25 +123,22 @@ else:
 
 def _tool(script: Path, mode: str, work: Path) -> dict:
     scenario, step_ms, epochs = MODES[mode]
-    out = work / f"{mode}.json"
     env = {**os.environ, "LOADERDOCTOR_HOME": str(work / "home")}
-    command = [sys.executable, "-m", "loaderdoctor", "run", "--ceiling", "--json", str(out), "--no-history"]
     trained = (
         [str(EXAMPLE), "--epochs", str(epochs)]
         if scenario == "example"
         else [str(script), scenario, str(step_ms), str(epochs)]
     )
-    subprocess.run(
-        [*command, *trained],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    document = json.loads(out.read_text())
+    document = harness.run_json(["--ceiling", *trained], work / f"{mode}.json", 600, env=env)
     (loader,) = document["loaders"].values()
     return loader["measurements"]["ceiling"]
+
+
+def _plain(script: Path, mode: str) -> tuple[float, float]:
+    """The plain loops' mean rates in their real turns and in their cached ones."""
+    scenario, step_ms, epochs = MODES[mode]
+    command = [sys.executable, str(script), scenario, str(step_ms), str(epochs), "turns", str(EXAMPLE.parent)]
+    return _turn_rates(subprocess.run(command, capture_output=True, text=True, timeout=600, check=True).stdout)
 
 
 def _turn_rates(stdout: str) -> tuple[float, float]:
@@ -152,49 +149,61 @@ def _turn_rates(stdout: str) -> tuple[float, float]:
     return statistics.mean(real), statistics.mean(cached)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+COLUMNS = [
+    harness.Column("mode", 14, align="<"),
+    harness.Column("round", 5),
+    *harness.CEILING_COLUMNS,
+    harness.Column("waits said", 10, ".0f", "%", gap=2, key="waits_said_pct"),
+]
+
+
+def _calibrate(script: Path, mode: str) -> None:
+    """The step's passes for `mode`, calibrated once and handed to every run (the tool's and the plain one's)."""
+    scenario, step_ms, epochs = MODES[mode]
+    os.environ.pop("CEILING_BENCH_PASSES", None)  # the last mode's: this one calibrates its own step
+    calibration = subprocess.run(
+        [sys.executable, str(script), scenario, str(step_ms), str(epochs), "calibrate", str(EXAMPLE.parent)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    os.environ["CEILING_BENCH_PASSES"] = calibration.stdout.split()[-1]
+
+
+def _row(table: harness.Table, mode: str, round_: int, tool: dict, plain: tuple[float, float], took_s: float) -> dict:
+    """Prints one round's row; its figures."""
+    real, cached = plain
+    note = (f"   ({took_s:.0f} s; tool real {tool['real_batches_per_s']:.1f}, plain real {real:.1f} b/s; "
+            f"{tool['data_free_steps']} data-free steps)")  # fmt: skip
+    against = harness.ceiling_against_plain(tool["ceiling_batches_per_s"], tool["input_cost"], real, cached)
+    row = table.row(mode, round_, *against, tool["wait_model_input_cost"] * 100, note=note)
+    return {**row, "tool_real": tool["real_batches_per_s"], "plain_real": real}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, rounds=3)
     parser.add_argument("modes", nargs="*", default=list(MODES))
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="ceiling-bench-") as folder:
-        work = Path(folder)
-        script = work / "train.py"
-        script.write_text(SCRIPT)
-        print(
-            f"{'mode':<14} {'round':>5}  {'tool ceiling':>12} {'plain':>8} {'ratio':>6}   "
-            f"{'tool cost':>9} {'plain':>6} {'points':>6}   {'waits said':>10}"
-        )
+    args = parser.parse_args(argv)
+    table = harness.Table(COLUMNS, rule=False)
+    with (
+        harness.Results(__file__, args) as results,
+        harness.script_folder("ceiling-bench-", "train.py", SCRIPT) as script,
+    ):
+        work = script.parent
+        table.header()
         for mode in args.modes:
-            scenario, step_ms, epochs = MODES[mode]
-            os.environ.pop("CEILING_BENCH_PASSES", None)  # the last mode's: this one calibrates its own step
-            calibration = subprocess.run(
-                [sys.executable, str(script), scenario, str(step_ms), str(epochs), "calibrate", str(EXAMPLE.parent)],
-                capture_output=True, text=True, timeout=120, check=True,
-            )  # fmt: skip
-            os.environ["CEILING_BENCH_PASSES"] = calibration.stdout.split()[-1]
-            for round_ in range(1, args.rounds + 1):
+            _calibrate(script, mode)
+            sides = {
+                "tool": functools.partial(_tool, script, mode, work),
+                "plain": functools.partial(_plain, script, mode),
+            }
+            started = time.perf_counter()
+            for round_, measured in enumerate(harness.in_turns(sides, args.rounds, order="same"), start=1):
+                results.add(
+                    **_row(table, mode, round_, measured["tool"], measured["plain"], time.perf_counter() - started)
+                )
                 started = time.perf_counter()
-                tool = _tool(script, mode, work)
-                plain_run = subprocess.run(
-                    [sys.executable, str(script), scenario, str(step_ms), str(epochs), "turns", str(EXAMPLE.parent)],
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                    check=True,
-                )
-                real, cached = _turn_rates(plain_run.stdout)
-                plain_cost = max(0.0, 1 - real / cached)
-                ratio = tool["ceiling_batches_per_s"] / cached
-                points = (tool["input_cost"] - plain_cost) * 100
-                print(
-                    f"{mode:<14} {round_:>5}  {tool['ceiling_batches_per_s']:>12.1f} {cached:>8.1f} {ratio:>6.2f}   "
-                    f"{tool['input_cost'] * 100:>8.0f}% {plain_cost * 100:>5.0f}% {points:>+6.1f}   "
-                    f"{tool['wait_model_input_cost'] * 100:>9.0f}%   ({time.perf_counter() - started:.0f} s; tool "
-                    f"real {tool['real_batches_per_s']:.1f}, plain real {real:.1f} b/s; "
-                    f"{tool['data_free_steps']} data-free steps)",
-                    flush=True,
-                )
+            mine = [r for r in results.rows if r["mode"] == mode]
+            results.figures[f"{mode}: ceiling tool/plain"] = harness.median(r["ratio"] for r in mine)
+            results.figures[f"{mode}: cost points apart"] = harness.median(r["points"] for r in mine)
 
 
 if __name__ == "__main__":

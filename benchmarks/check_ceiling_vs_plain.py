@@ -16,14 +16,16 @@ from both, in points. It measures and prints; it asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+import torch
+
+import harness
 
 TARGET = """\
 import os, time
@@ -48,16 +50,6 @@ def loaders():
     torch.set_num_threads(1)
     train = torch.utils.data.DataLoader(BlurredImages(count=512, size=160, crop=128), batch_size=32)
     return loaderdoctor.Workload(train, step=cpu_step if os.environ["CHECK_BENCH_MODE"] == "cpu" else sleep_step)
-
-
-def calibrated(step_ms: float) -> int:
-    torch.set_num_threads(1)
-    x = torch.ones(64, 256)
-    started, n = time.perf_counter(), 0
-    while time.perf_counter() - started < 0.3:
-        x = torch.tanh(x @ WEIGHT)
-        n += 1
-    return max(1, round(n * step_ms / 300))
 """
 
 PLAIN = """\
@@ -107,33 +99,43 @@ print(json.dumps({k: v[0] / v[1] for k, v in turns.items()}))
 """
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+COLUMNS = [
+    harness.Column("mode"),
+    harness.Column("round"),
+    harness.Column("tool's ceiling b/s", fmt=".1f", key="tool_ceiling"),
+    harness.Column("plain's", fmt=".1f", key="plain_ceiling"),
+    harness.Column("tool / plain", fmt=".2f", key="ratio"),
+    harness.Column("fix's share, tool", fmt=".0%", key="tool_share"),
+    harness.Column("plain's", fmt=".0%", key="plain_share"),
+    harness.Column("points", fmt="+.1f"),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, rounds=3)
     parser.add_argument("--budget", type=float, default=40.0)
     parser.add_argument("modes", nargs="*", default=["sleep", "cpu"])
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="check-ceiling-bench-") as folder:
-        (Path(folder) / "bench_target.py").write_text(TARGET)
-        (Path(folder) / "plain.py").write_text(PLAIN)
-        sys.path.insert(0, folder)
-        import bench_target  # written just above
-
+    args = parser.parse_args(argv)
+    table = harness.Table(COLUMNS, markdown=True)
+    with (
+        harness.Results(__file__, args) as results,
+        harness.script_folder("check-ceiling-bench-", "bench_target.py", TARGET) as target,
+    ):
+        folder = str(target.parent)
+        (target.parent / "plain.py").write_text(PLAIN)
         env = {**os.environ, "LOADERDOCTOR_HOME": str(Path(folder) / "home")}
-        env["CHECK_BENCH_PASSES"] = str(bench_target.calibrated(20.0))
-        print("| mode | round | tool's ceiling b/s | plain's | tool / plain | fix's share, tool | plain's | points |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        torch.set_num_threads(1)
+        env["CHECK_BENCH_PASSES"] = str(harness.calibrated_passes(20.0))
+        table.header()
         for mode in args.modes:
             env["CHECK_BENCH_MODE"] = mode
             for number in range(args.rounds):
-                command = [sys.executable, "-m", "loaderdoctor", "check", f"{folder}/bench_target.py:loaders",
-                           "--json", "--no-history", "--budget", str(args.budget)]  # fmt: skip
-                done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=folder)
-                report = json.loads(done.stdout)
+                report = harness.check_json(f"{folder}/bench_target.py:loaders", ["--no-history", "--budget",
+                                            str(args.budget)], None, env=env, cwd=folder)  # fmt: skip
                 (loader,) = report["loaders"].values()
                 v = loader["verification"]
                 if v is None or v.get("ceiling_batches_per_s") is None:
-                    print(f"| {mode} | {number + 1} | no ceiling measured: {v and v['note']} | | | | | |")
+                    table.row(mode, number + 1, f"no ceiling measured: {v and v['note']}", "", "", "", "", "")
                     continue
                 started = time.perf_counter()
                 plain_run = subprocess.run(
@@ -143,11 +145,13 @@ def main() -> None:
                 plain = json.loads(plain_run.stdout.strip().splitlines()[-1])
                 ceiling, plain_ceiling = v["ceiling_batches_per_s"], plain["cached"]
                 share, plain_share = v["share_of_ceiling"], plain["real"] / plain["cached"]
-                print(
-                    f"| {mode} | {number + 1} | {ceiling:.1f} | {plain_ceiling:.1f} | "
-                    f"{ceiling / plain_ceiling:.2f} | {share:.0%} | {plain_share:.0%} | "
-                    f"{(share - plain_share) * 100:+.1f} |  ({time.perf_counter() - started:.0f} s plain)"
-                )
+                took = f"  ({time.perf_counter() - started:.0f} s plain)"
+                row = table.row(mode, number + 1, ceiling, plain_ceiling, ceiling / plain_ceiling, share, plain_share,
+                                (share - plain_share) * 100, note=took)  # fmt: skip
+                results.add(**row)
+            mine = [r for r in results.rows if r["mode"] == mode]
+            results.figures[f"{mode}: ceiling tool/plain"] = harness.median(r["ratio"] for r in mine)
+            results.figures[f"{mode}: share points apart"] = harness.median(r["points"] for r in mine)
     print("\nshares: the fix's rate over the ceiling; points: tool - plain", file=sys.stderr)
 
 

@@ -17,7 +17,6 @@ The benchmark measures and prints; it asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -29,6 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+import harness
 
 HERE = Path(__file__).resolve()
 # mode: (CPU passes per sample, workers, model width, model depth)
@@ -170,29 +171,44 @@ def tool_reading(mode: str, epochs: int, steps: int | None) -> dict[str, object]
         }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+COLUMNS = [
+    harness.Column("mode", 14, align="<"),
+    harness.Column("real it/s", 9, ".1f", key="real"),
+    harness.Column("data-free", 9, ".1f", key="free"),
+    harness.Column("ceiling", 8, ".2f", "x", key="measured"),
+    harness.Column("estimate", 8, ".2f", "x"),
+    harness.Column("apart", 6, "+.0%"),
+    harness.Column("tool: wait_fraction, b/s, main finding", align="<", gap=2, key="tool"),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, rounds=3, rounds_as="--turns")
     parser.add_argument("modes", nargs="*", default=list(MODES))
     parser.add_argument("--train", choices=list(MODES))
     parser.add_argument("--epochs", type=int, default=3)  # enough for --ceiling's turns (64 batches an epoch)
     parser.add_argument("--ceiling-steps", type=int)  # the data-free steps of run --ceiling (its default if none)
     parser.add_argument("--turn-s", type=float, default=3.0)
-    parser.add_argument("--turns", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.train:
         train(args.train, args.epochs)
         return
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
-    print(f"{name}; {os.cpu_count()} cores; batch {BATCH}; {args.turns} turns of "
+    print(f"{name}; {os.cpu_count()} cores; batch {BATCH}; {args.rounds} turns of "
           f"{args.turn_s:g} s each way")  # fmt: skip
-    print(f"{'mode':<14} {'real it/s':>9} {'data-free':>9} {'ceiling':>8} {'estimate':>8} {'apart':>6}   tool: "
-          "wait_fraction, b/s, main finding")  # fmt: skip
-    for mode in args.modes:
-        measured = turns(mode, args.turn_s, args.turns)
-        tool = tool_reading(mode, args.epochs, args.ceiling_steps)
-        apart = measured["estimate"] / measured["measured"] - 1
-        print(f"{mode:<14} {measured['real']:9.1f} {measured['free']:9.1f} {measured['measured']:7.2f}x "
-              f"{measured['estimate']:7.2f}x {apart:+6.0%}   {tool}", flush=True)  # fmt: skip
+    table = harness.Table(COLUMNS, rule=False)
+    table.header()
+    with harness.Results(__file__, args) as results:
+        for mode in args.modes:
+            measured = turns(mode, args.turn_s, args.rounds)
+            tool = tool_reading(mode, args.epochs, args.ceiling_steps)
+            apart = measured["estimate"] / measured["measured"] - 1
+            row = table.row(mode, measured["real"], measured["free"], measured["measured"], measured["estimate"], apart,
+                            tool)  # fmt: skip
+            results.add(**row, device=name, wait_fraction=measured["wait_fraction"])
+            results.figures[f"{mode}: estimate/measured ceiling"] = measured["estimate"] / measured["measured"]
+            if isinstance(tool.get("ceiling_speedup"), float | int):
+                results.figures[f"{mode}: tool/measured ceiling"] = tool["ceiling_speedup"] / measured["measured"]
 
 
 if __name__ == "__main__":

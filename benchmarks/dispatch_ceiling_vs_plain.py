@@ -11,7 +11,7 @@ the Trainer's DDP. For each mode, `rounds` times:
     finding on rank 0's report (the job's batches/s with the input taken away, its real rate, the input's cost);
   - run: `loaderdoctor run --nproc-per-node 2 --ceiling` on the same Trainer without the callback: its job-ceiling;
   - plain: torchrun, the same model, optimizer and accelerate-prepared loader in a plain loop, in turns of 3 s
-    (rank_turns.py: real, cached, real, cached, real, the cached turns stepping on each rank's last batch without
+    (harness/ranks.py: real, cached, real, cached, real, the cached turns stepping on each rank's last batch without
     asking the dispatcher, both ranks switching at the same step).
 The table gives each round's ceilings and their ratio to the plain one, and the input's cost from each (points
 apart). It measures and prints; it asserts nothing.
@@ -19,15 +19,15 @@ apart). It measures and prints; it asserts nothing.
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from rank_turns import BENCHMARKS
+import harness
+from harness.ranks import BENCHMARKS
 
 MODES = {"starved": 0.004, "compute-bound": 0.0002}  # the read of one sample, seconds
 
@@ -72,7 +72,7 @@ if HOW in ("callback", "train"):
         (job,) = [f for f in report.findings if f.rule == "job-ceiling"]
         with open(OUT + "/callback.json", "w") as out:
             json.dump(job.evidence, out)
-else:  # plain turns (rank_turns.py)
+else:  # plain turns (harness/ranks.py)
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True)
@@ -85,7 +85,7 @@ else:  # plain turns (rank_turns.py)
         optimizer.step()
         optimizer.zero_grad()
 
-    from rank_turns import turns
+    from harness.ranks import turns
 
     real, cached = turns(loader, step)
     if accelerator.is_main_process:
@@ -113,14 +113,9 @@ def _callback(script: Path, read_s: float, work: Path) -> dict:
 
 
 def _run(script: Path, read_s: float, work: Path) -> dict:
-    out = work / "run.json"
     env = {**ENV, "LOADERDOCTOR_HOME": str(work / "home")}
-    command = [sys.executable, "-m", "loaderdoctor", "run", "--nproc-per-node", "2", "--ceiling", "--json", str(out),
-               "--no-history", str(script), str(read_s), "train", str(work / "trainer")]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if not out.exists():
-        raise SystemExit(f"run wrote no JSON: {result.stderr[-800:]}")
-    loaders = json.loads(out.read_text())["loaders"].values()
+    arguments = ["--nproc-per-node", "2", "--ceiling", str(script), str(read_s), "train", str(work / "trainer")]
+    loaders = harness.run_json(arguments, work / "run.json", 600, env=env)["loaders"].values()
     (job,) = [f for loader in loaders for f in loader["findings"] if f["rule"] == "job-ceiling"]
     return job["evidence"]
 
@@ -133,31 +128,49 @@ def _plain(script: Path, read_s: float, work: Path) -> tuple[float, float]:
     return real, cached
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
+COLUMNS = [
+    harness.Column("mode", 14, align="<"),
+    harness.Column("round", 5),
+    harness.Column("by", 9, align="<"),
+    harness.Column("ceiling", 8, ".1f"),
+    harness.Column("plain", 7, ".1f", key="plain_ceiling"),
+    harness.Column("ratio", 6, ".2f"),
+    harness.Column("cost", 5, ".0f", "%", gap=2, key="cost_pct"),
+    harness.Column("plain", 6, ".0f", "%", key="plain_cost_pct"),
+    harness.Column("points", 6, "+.1f"),
+    harness.Column("real b/s (tool, plain)", align="<", gap=2, key="real"),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, rounds=2)
     parser.add_argument("modes", nargs="*", default=list(MODES))
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="dispatch-ceiling-bench-") as folder:
-        work = Path(folder)
-        script = work / "ranks.py"
-        script.write_text(SCRIPT)
-        print(f"{'mode':<14} {'round':>5} {'by':<9} {'ceiling':>8} {'plain':>7} {'ratio':>6}   "
-              f"{'cost':>5} {'plain':>6} {'points':>6}   real b/s (tool, plain)")  # fmt: skip
+    args = parser.parse_args(argv)
+    table = harness.Table(COLUMNS, rule=False)
+    with (
+        harness.Results(__file__, args) as results,
+        harness.script_folder("dispatch-ceiling-bench-", "ranks.py", SCRIPT) as script,
+    ):
+        work = script.parent
+        table.header()
         for mode in args.modes:
             read_s = MODES[mode]
-            for round_ in range(1, args.rounds + 1):
-                measured = {"callback": _callback(script, read_s, work), "run": _run(script, read_s, work)}
-                real, cached = _plain(script, read_s, work)
-                plain_cost = max(0.0, 1 - real / cached)
+            sides = {way: functools.partial(way_of, script, read_s, work) for way, way_of in WAYS.items()}
+            for round_, measured in enumerate(harness.in_turns(sides, args.rounds, order="same"), start=1):
+                real, cached = measured.pop("plain")
                 for by, job in measured.items():
-                    ceiling, cost = job["ceiling_batches_per_s"], job["measured_input_cost"]
-                    print(
-                        f"{mode:<14} {round_:>5} {by:<9} {ceiling:>8.1f} {cached:>7.1f} {ceiling / cached:>6.2f}   "
-                        f"{cost * 100:>4.0f}% {plain_cost * 100:>5.0f}% {(cost - plain_cost) * 100:>+6.1f}   "
-                        f"{job['real_batches_per_s']:.1f}, {real:.1f}",
-                        flush=True,
-                    )
+                    against = harness.ceiling_against_plain(job["ceiling_batches_per_s"], job["measured_input_cost"],
+                                                            real, cached)  # fmt: skip
+                    tool_real = job["real_batches_per_s"]
+                    row = table.row(mode, round_, by, *against, f"{tool_real:.1f}, {real:.1f}")
+                    results.add(**row, tool_real=tool_real, plain_real=real)
+            for by in ("callback", "run"):
+                mine = [r for r in results.rows if r["mode"] == mode and r["by"] == by]
+                results.figures[f"{mode}, by {by}: ceiling tool/plain"] = harness.median(r["ratio"] for r in mine)
+                results.figures[f"{mode}, by {by}: cost points apart"] = harness.median(r["points"] for r in mine)
+
+
+WAYS = {"callback": _callback, "run": _run, "plain": _plain}  # measured in this order, each round
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+import harness
 import loaderdoctor
 from loaderdoctor.tap.watchdog import StallPolicy
 
@@ -85,22 +86,29 @@ def run_once(fault: str, start_method: str, stall_timeout: float) -> tuple[float
 
 
 def main(argv: list[str]) -> int:
-    runs = int(argv[0]) if argv else 3
+    args = harness.parser(__doc__, rounds=3, rounds_as="RUNS").parse_args(argv)
     stall_timeout = 2.0
-    header = (
-        f"{'fault':<8} {'start method':<13} {'fault -> next batch s':>22} {'stall noticed -> next batch s':>30} "
-        f"{'every index once':>17}"
+    table = harness.Table(
+        [
+            harness.Column("fault", 8, align="<"),
+            harness.Column("start method", 13, align="<"),
+            harness.Column("fault -> next batch s", 22, ".2f"),
+            harness.Column("stall noticed -> next batch s", 30, ".2f"),
+            harness.Column("every index once", 17),
+        ]
     )
-    print(f"stall deadline {stall_timeout:g} s after the first batch, 2 workers, {runs} runs each (medians)")
-    print(header)
-    print("-" * len(header))
-    for fault, start_method in (("hang", "fork"), ("hang", "forkserver"), ("kill", "fork"), ("kill", "forkserver")):
-        results = [run_once(fault, start_method, stall_timeout) for _ in range(runs)]
-        total = statistics.median(r[0] for r in results)
-        noticed = [r[1] for r in results if r[1] is not None]
-        from_stall = f"{statistics.median(noticed):.2f}" if noticed else "-"
-        exact = all(r[2] for r in results)
-        print(f"{fault:<8} {start_method:<13} {total:>22.2f} {from_stall:>30} {'yes' if exact else 'NO':>17}")
+    print(f"stall deadline {stall_timeout:g} s after the first batch, 2 workers, {args.rounds} runs each (medians)")
+    table.header()
+    with harness.Results(__file__, args) as results:
+        for fault, start_method in (("hang", "fork"), ("hang", "forkserver"), ("kill", "fork"), ("kill", "forkserver")):
+            runs = [run_once(fault, start_method, stall_timeout) for _ in range(args.rounds)]
+            total = statistics.median(r[0] for r in runs)
+            from_stall = harness.median(r[1] for r in runs)
+            exact = all(r[2] for r in runs)
+            table.row(fault, start_method, total, from_stall, "yes" if exact else "NO")
+            results.add(fault=fault, start_method=start_method, fault_to_batch_s=total, stall_to_batch_s=from_stall,
+                        every_index_once=exact)  # fmt: skip
+            results.figures[f"{fault}, {start_method}: fault -> next batch s"] = total
     return 0
 
 

@@ -12,8 +12,8 @@ For each mode, `rounds` times:
     script's loop through `watch(loader, ceiling=True)`, closed after its process group is destroyed): the
     `job-ceiling` finding's ceiling (the job's batches/s with the input taken away), its real rate and the input's
     cost;
-  - the plain job, launched by torch's elastic launcher: both ranks in turns of 3 s (rank_turns.py: real, cached,
-    real, cached, real, the cached turns training on the last batch the rank's loader delivered, both ranks
+  - the plain job, launched by torch's elastic launcher: both ranks in turns of 3 s (harness/ranks.py: real,
+    cached, real, cached, real, the cached turns training on the last batch the rank's loader delivered, both ranks
     switching at the same step); the job's rates are rank 0's steps over its time.
 The table gives each round's ceilings and their ratio tool / plain, and the input's cost from each (points
 apart). It measures and prints; it asserts nothing.
@@ -21,16 +21,15 @@ apart). It measures and prints; it asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from rank_turns import BENCHMARKS
+import harness
+from harness.ranks import BENCHMARKS
 
 MODES = {"straggler": (0.0005, 0.004), "compute-bound": (0.0005, 0.0005)}  # each rank's read per sample, seconds
 
@@ -79,8 +78,8 @@ elif MODE == "watch":
     watched = loaderdoctor.watch(loader, "bench", ceiling=True, history=False)
     for batch in watched:
         step(batch)
-else:  # turns (rank_turns.py)
-    from rank_turns import turns
+else:  # turns (harness/ranks.py)
+    from harness.ranks import turns
 
     real, cached = turns(loader, step)
     if rank == 0:
@@ -101,15 +100,10 @@ def _tool(script: Path, mode: str, work: Path, by: str) -> dict:
     if by == "watch":
         line = next(line for line in _launched(script, mode, "watch") if line.startswith("JOB "))
         return json.loads(line[4:])
-    out = work / f"{mode}.json"
     env = {**os.environ, "LOADERDOCTOR_HOME": str(work / "home")}
     reads = [str(r) for r in MODES[mode]]
-    command = [sys.executable, "-m", "loaderdoctor", "run", "--nproc-per-node", "2", "--ceiling", "--json", str(out),
-               "--no-history", str(script), *reads, "train"]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if not out.exists():
-        raise SystemExit(f"the tool wrote no JSON: {result.stderr[-800:]}")
-    loaders = json.loads(out.read_text())["loaders"].values()
+    arguments = ["--nproc-per-node", "2", "--ceiling", str(script), *reads, "train"]
+    loaders = harness.run_json(arguments, work / f"{mode}.json", 600, env=env)["loaders"].values()
     (job,) = [f for loader in loaders for f in loader["findings"] if f["rule"] == "job-ceiling"]
     return job["evidence"]
 
@@ -130,34 +124,41 @@ def _launched(script: Path, mode: str, how: str) -> list[str]:
     return result.stdout.splitlines()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+COLUMNS = [
+    harness.Column("mode", 14, align="<"),
+    harness.Column("by", 6, align="<"),
+    harness.Column("round", 5),
+    *harness.CEILING_COLUMNS,
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, rounds=3)
     parser.add_argument("--by", action="append", choices=["run", "watch"], help="the tool's way (default: both)")
     parser.add_argument("modes", nargs="*", default=list(MODES))
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="job-ceiling-bench-") as folder:
-        work = Path(folder)
-        script = work / "ranks.py"
-        script.write_text(SCRIPT)
-        print(f"{'mode':<14} {'by':<6} {'round':>5}  {'tool ceiling':>12} {'plain':>8} {'ratio':>6}   "
-              f"{'tool cost':>9} {'plain':>6} {'points':>6}")  # fmt: skip
+    args = parser.parse_args(argv)
+    table = harness.Table(COLUMNS, rule=False)
+    with (
+        harness.Results(__file__, args) as results,
+        harness.script_folder("job-ceiling-bench-", "ranks.py", SCRIPT) as script,
+    ):
+        work = script.parent
+        table.header()
         for mode in args.modes:
             for round_, by in ((r, by) for r in range(1, args.rounds + 1) for by in args.by or ["run", "watch"]):
                 started = time.perf_counter()
                 tool = _tool(script, mode, work, by)
                 real, cached = _plain(script, mode)
-                plain_cost = max(0.0, 1 - real / cached)
-                ratio = tool["ceiling_batches_per_s"] / cached
-                points = (tool["measured_input_cost"] - plain_cost) * 100
-                print(
-                    f"{mode:<14} {by:<6} {round_:>5}  {tool['ceiling_batches_per_s']:>12.1f} {cached:>8.1f} "
-                    f"{ratio:>6.2f}   "
-                    f"{tool['measured_input_cost'] * 100:>8.0f}% {plain_cost * 100:>5.0f}% {points:>+6.1f}   "
-                    f"({time.perf_counter() - started:.0f} s; tool real {tool['real_batches_per_s']:.1f}, plain real "
-                    f"{real:.1f} b/s; each rank's cost {tool['input_cost_by_rank']})",
-                    flush=True,
-                )
+                note = (f"   ({time.perf_counter() - started:.0f} s; tool real {tool['real_batches_per_s']:.1f}, plain "
+                        f"real {real:.1f} b/s; each rank's cost {tool['input_cost_by_rank']})")  # fmt: skip
+                against = harness.ceiling_against_plain(tool["ceiling_batches_per_s"], tool["measured_input_cost"],
+                                                        real, cached)  # fmt: skip
+                row = table.row(mode, by, round_, *against, note=note)
+                results.add(**row, tool_real=tool["real_batches_per_s"], plain_real=real)
+            for by in args.by or ["run", "watch"]:
+                mine = [r for r in results.rows if r["mode"] == mode and r["by"] == by]
+                results.figures[f"{mode}, by {by}: ceiling tool/plain"] = harness.median(r["ratio"] for r in mine)
+                results.figures[f"{mode}, by {by}: cost points apart"] = harness.median(r["points"] for r in mine)
 
 
 if __name__ == "__main__":

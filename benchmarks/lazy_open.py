@@ -20,19 +20,21 @@ one start-up of a run is reported apart). The benchmark measures and prints; it 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-ROOT = Path(__file__).resolve().parents[1]
+import harness
+from harness.shared_datasets import LazyOpen
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[1]
 OPEN_ENV = "LOADERDOCTOR_BENCH_OPEN_S"  # how the check's and the plain loops' processes get --open-s
 BATCH_SIZE = 8
 BATCHES = 24
@@ -42,26 +44,9 @@ PLAIN_TIMEOUT_S = 300
 GOAL = 0.25  # check's speedup within this of the plain loop's
 
 
-class LazyOpen(Dataset):
-    """Opens its file on first use, in whatever process that is: each new worker pays the open."""
-
-    def __init__(self, open_s: float) -> None:
-        self.open_s = open_s
-        self.handle: str | None = None
-
-    def __len__(self) -> int:
-        return BATCHES * BATCH_SIZE
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if self.handle is None:
-            time.sleep(self.open_s)
-            self.handle = "open"
-        return torch.full((64,), float(index))
-
-
 def loader() -> DataLoader:
     """The loader check is pointed at: 2 workers started every epoch."""
-    dataset = LazyOpen(float(os.environ.get(OPEN_ENV, "1.0")))
+    dataset = LazyOpen(float(os.environ.get(OPEN_ENV, "1.0")), BATCHES * BATCH_SIZE)
     return DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=2, persistent_workers=False,
                       multiprocessing_context="fork")  # fmt: skip
 
@@ -97,46 +82,25 @@ class Row:
 
 def check_report(open_s: float, budget_s: float) -> dict:
     """The loader's part of `loaderdoctor check ... --json`, run in a fresh process."""
-    command = [sys.executable, "-m", "loaderdoctor", "check", "benchmarks/lazy_open.py:loader", "--step-ms",
-               str(STEP_S * 1000), "--json", "--no-history", "--budget", str(budget_s)]  # fmt: skip
+    options = ["--step-ms", str(STEP_S * 1000), "--no-history", "--budget", str(budget_s)]
     env = {**os.environ, OPEN_ENV: str(open_s)}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, cwd=ROOT, env=env)
-    if result.returncode not in (0, 1):
-        raise SystemExit(f"check failed with status {result.returncode}:\n{result.stderr}")
-    (report,) = json.loads(result.stdout)["loaders"].values()
-    return report
+    report = harness.check_json("benchmarks/lazy_open.py:loader", options, CHECK_TIMEOUT_S, cwd=ROOT, env=env)
+    (loader_report,) = report["loaders"].values()
+    return loader_report
 
 
 def plain_rate(settings: dict, open_s: float, epochs: int) -> float | None:
     """Batches per second of a plain loop with `settings` over `epochs` whole epochs after one to warm up."""
-    code = (
-        "import json, sys\n"
-        "from benchmarks.lazy_open import _plain_in_process\n"
-        "print(json.dumps(_plain_in_process(json.loads(sys.argv[1]), int(sys.argv[2]))))\n"
-    )
-    env = {**os.environ, OPEN_ENV: str(open_s)}
-    command = [sys.executable, "-c", code, json.dumps(settings), str(epochs)]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=PLAIN_TIMEOUT_S, cwd=ROOT, env=env)
-    except subprocess.TimeoutExpired:
-        return None
-    if result.returncode != 0:
-        raise SystemExit(f"the plain loop failed:\n{result.stderr}")
-    return json.loads(result.stdout)
+    command = [sys.executable, str(HERE), "--plain", json.dumps(settings), str(epochs)]
+    return harness.figure_in_fresh_process(command, PLAIN_TIMEOUT_S, env={**os.environ, OPEN_ENV: str(open_s)})
 
 
 def _plain_in_process(settings_dict: dict, epochs: int) -> float:
     from loaderdoctor.loader.settings import LoaderSpec, Settings
 
     plain = LoaderSpec.from_loader(loader()).build(Settings.from_dict(settings_dict))
-    for _ in plain:  # the run's one start-up (reported apart by check)
-        time.sleep(STEP_S)
-    batches, started = 0, time.perf_counter()
-    for _ in range(epochs):
-        for _ in plain:
-            time.sleep(STEP_S)
-            batches += 1
-    return batches / (time.perf_counter() - started)
+    # the run's one start-up (reported apart by check) in the epoch to warm up
+    return harness.loop_rate(plain, lambda _: time.sleep(STEP_S), epochs=epochs, warm_up=1)
 
 
 def measure(open_s: float, budget_s: float, pairs: int, epochs: int) -> Row:
@@ -158,45 +122,40 @@ def measure(open_s: float, budget_s: float, pairs: int, epochs: int) -> Row:
     )
     if not fix or not verification.get("helped"):
         return row
-    befores, afters, ratios = [], [], []
-    for pair in range(pairs):
-        if pair % 2 == 0:
-            before, after = plain_rate(original, open_s, epochs), plain_rate(fix, open_s, epochs)
-        else:
-            after, before = plain_rate(fix, open_s, epochs), plain_rate(original, open_s, epochs)
-        befores += [before] if before else []
-        afters += [after] if after else []
-        ratios += [after / before] if before and after else []
-    row.plain_before = statistics.median(befores) if befores else None
-    row.plain_after = statistics.median(afters) if afters else None
-    row.plain_speedup = statistics.median(ratios) if ratios else None
+    contenders = {
+        "before": lambda: plain_rate(original, open_s, epochs),
+        "after": lambda: plain_rate(fix, open_s, epochs),
+    }
+    measured = list(harness.in_turns(contenders, pairs))  # original first, then fix first
+    row.plain_before = harness.median(r["before"] or None for r in measured)
+    row.plain_after = harness.median(r["after"] or None for r in measured)
+    row.plain_speedup = harness.median_ratio(measured, "after", "before")
     return row
 
 
-HEADER = (
-    f"{'round':<6} {'fix':<40} {'source':<6} {'check b/s':>15} {'check':>7} {'epoch now/fix':>15} "
-    f"{'agrees':>6} {'plain b/s':>15} {'plain':>7} {'check/':>7}"
+TABLE = harness.Table(
+    [
+        harness.Column("round", 6, align="<"),
+        harness.Column("fix", 40, align="<"),
+        harness.Column("source", 6, align="<"),
+        harness.Column("check b/s", 15),
+        harness.Column("check", 7, ".2f", "x", key="check_speedup"),
+        harness.Column("epoch now/fix", 15),
+        harness.Column("agrees", 6),
+        harness.Column("plain b/s", 15),
+        harness.Column("plain", 7, ".2f", "x", key="plain_speedup"),
+        harness.Column("check/", 7, ".2f", key="ratio"),
+    ]
 )
 
 
 def print_row(label: str, row: Row) -> None:
-    rates = f"{_num(row.check_before)} -> {_num(row.check_after)}"
-    plain = f"{_num(row.plain_before)} -> {_num(row.plain_after)}"
+    rates = f"{harness.shown(row.check_before, '.1f')} -> {harness.shown(row.check_after, '.1f')}"
+    plain = f"{harness.shown(row.plain_before, '.1f')} -> {harness.shown(row.plain_after, '.1f')}"
     epoch = f"{_ms(row.epoch_s)}/{_ms(row.fixed_epoch_s)}"
     agrees = {None: "-", True: "yes", False: "NO"}[row.epoch_line_agrees()]
-    print(
-        f"{label:<6} {row.fix[:40]:<40} {row.source:<6} {rates:>15} {_x(row.check_speedup):>7} {epoch:>15} "
-        f"{agrees:>6} {plain:>15} {_x(row.plain_speedup):>7} {_num(row.ratio, 2):>7}",
-        flush=True,
-    )
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+    TABLE.row(label, row.fix[:40], row.source, rates, row.check_speedup, epoch, agrees, plain,
+                     row.plain_speedup, row.ratio)  # fmt: skip
 
 
 def _ms(value: float | None) -> str:
@@ -204,24 +163,28 @@ def _ms(value: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__, rounds=1)  # checks, each with its plain loops
     parser.add_argument("--open-s", type=float, default=1.0, help="each worker's open, in seconds (default 1)")
     parser.add_argument("--budget", type=float, default=60.0, help="check's --budget (default 60: it searches)")
-    parser.add_argument("--rounds", type=int, default=1, help="checks, each with its plain loops (default 1)")
     parser.add_argument("--plain-pairs", type=int, default=3, help="pairs of plain loops per check (default 3)")
     parser.add_argument("--epochs", type=int, default=4, help="epochs a plain loop times (default 4)")
+    parser.add_argument("--plain", nargs=2, metavar=("SETTINGS", "EPOCHS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.plain:  # one plain loop, in the fresh process plain_rate starts
+        print(json.dumps(_plain_in_process(json.loads(args.plain[0]), int(args.plain[1]))))
+        return 0
+    results = harness.Results(__file__, args)
     print(
         f"lazy open {args.open_s:g} s per worker start, 2 non-persistent workers, {BATCHES} batches an epoch, "
         f"{STEP_S * 1000:g} ms step; check --budget {args.budget:g}; {args.plain_pairs} pairs of plain loops of "
         f"{args.epochs} epochs each; rates in batches/s over epochs, each epoch's start-up included"
     )
-    print(HEADER)
-    print("-" * len(HEADER))
+    TABLE.header()
     rows = []
     for number in range(1, args.rounds + 1):
         rows.append(measure(args.open_s, args.budget, args.plain_pairs, args.epochs))
         print_row(str(number), rows[-1])
+        results.add(round=number, **dataclasses.asdict(rows[-1]), ratio=rows[-1].ratio)
     ratios = [r.ratio for r in rows if r.ratio is not None]
     within = sum(abs(r - 1) <= GOAL for r in ratios)
     agree = sum(bool(r.epoch_line_agrees()) for r in rows)
@@ -229,6 +192,8 @@ def main(argv: list[str]) -> int:
         f"\ncheck's speedup within {GOAL:.0%} of the plain loop's in {within} of {len(ratios)} rounds with both; "
         f"the epoch line equals {BATCHES} batches over the rates in {agree} of {len(rows)}"
     )
+    results.figures["check/plain speedup, median"] = harness.median(ratios)
+    results.write()
     return 0
 
 

@@ -20,21 +20,16 @@ it asserts nothing and exits 0. Run it on an otherwise quiet machine.
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
-import os
+import dataclasses
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.scenarios import plain_rate
-
+import harness
 from loaderdoctor.loader.settings import Settings
+from scenarios import plain_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 # tests/integration/test_scenarios.py's FIXED_BY_SETTINGS: the targets whose verified fix is a change of settings
@@ -78,13 +73,8 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 def check_report(target: str, budget_s: float) -> dict:
     """The train loader's part of `loaderdoctor check TARGET --json` run in a fresh process."""
-    command = [sys.executable, "-m", "loaderdoctor", "check", target, "--json", "--no-history", "--budget"]
-    result = subprocess.run(
-        [*command, str(budget_s)], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, cwd=ROOT
-    )
-    if result.returncode not in (0, 1):
-        raise SystemExit(f"check {target} failed with status {result.returncode}:\n{result.stderr}")
-    return json.loads(result.stdout)["loaders"]["train"]
+    report = harness.check_json(target, ["--no-history", "--budget", str(budget_s)], CHECK_TIMEOUT_S, cwd=ROOT)
+    return report["loaders"]["train"]
 
 
 def measure(name: str, budget_s: float, pairs: int) -> Row:
@@ -131,18 +121,11 @@ def measure(name: str, budget_s: float, pairs: int) -> Row:
         row.plain_fix = statistics.median(rates) if rates else None
         return row
     original = loader["settings"]
-    fix_rates, ratios = [], []
-    for pair in range(pairs):
-        if pair % 2 == 0:
-            before, after = plain_rate(name, original), plain_rate(name, fix)
-        else:
-            after, before = plain_rate(name, fix), plain_rate(name, original)
-        if after:
-            fix_rates.append(after)
-        if before and after:
-            ratios.append(after / before)
-    row.plain_fix = statistics.median(fix_rates) if fix_rates else None
-    row.plain_speedup = statistics.median(ratios) if ratios else None
+    contenders = {"before": lambda: plain_rate(name, original), "after": lambda: plain_rate(name, fix)}
+    measured = list(harness.in_turns(contenders, pairs))  # original first, then fix first
+    ratios = harness.per_round_ratios(measured, "after", "before")
+    row.plain_fix = harness.median(r["after"] or None for r in measured)
+    row.plain_speedup = harness.median(ratios)
     if len(ratios) < pairs:
         row.notes.append(f"{pairs - len(ratios)} of {pairs} plain pairs did not finish (a hang: timed out)")
     return row
@@ -173,31 +156,33 @@ def median_row(rows: list[Row]) -> Row:
     return Row(rows[0].target, binds=binds, fix=fix, **median_of)
 
 
-HEADER = (
-    f"{'target':<15} {'binds':<11} {'limit':>7} {'orig':>7} {'share':>6} {'check':>7} {'share':>6}"
-    f" {'plain':>7} {'share':>6} {'check':>8} {'plain':>8} {'check/':>7}"
-)
-SUBHEADER = (
-    f"{'':<15} {'':<11} {'b/s':>7} {'b/s':>7} {'':>6} {'fix b/s':>7} {'':>6}"
-    f" {'fix b/s':>7} {'':>6} {'speedup':>8} {'speedup':>8} {'plain':>7}"
-)
+COLUMNS = [
+    harness.Column("target", 15, align="<"),
+    harness.Column("binds", 11, align="<"),
+    harness.Column("limit", 7, ".1f"),
+    harness.Column("orig", 7, ".1f"),
+    harness.Column("share", 6, ".0%", key="original_share"),
+    harness.Column("check", 7, ".1f", key="check_fix"),
+    harness.Column("share", 6, ".0%", key="check_share"),
+    harness.Column("plain", 7, ".1f", key="plain_fix"),
+    harness.Column("share", 6, ".0%", key="plain_share"),
+    harness.Column("check", 8, ".2f", "x", key="check_speedup"),
+    harness.Column("plain", 8, ".2f", "x", key="plain_speedup"),
+    harness.Column("check/", 7, ".2f", key="speedup_ratio"),
+]
+TABLE = harness.Table(COLUMNS)
+UNITS = ["", "", "b/s", "b/s", "", "fix b/s", "", "fix b/s", "", "speedup", "speedup", "plain"]
 
 
 def print_header(title: str) -> None:
     print(f"\n{title}")
-    print(HEADER)
-    print(SUBHEADER)
-    print("-" * len(HEADER))
+    TABLE.header(UNITS)
 
 
 def print_row(row: Row) -> None:
-    print(
-        f"{row.target:<15} {row.binds or '-':<11} {_num(row.limit):>7} {_num(row.original):>7}"
-        f" {_pct(row.original_share):>6} {_num(row.check_fix):>7} {_pct(row.check_share):>6}"
-        f" {_num(row.plain_fix):>7} {_pct(row.plain_share):>6} {_x(row.check_speedup):>8}"
-        f" {_x(row.plain_speedup):>8} {_num(row.speedup_ratio, 2):>7}",
-        flush=True,
-    )
+    TABLE.row(row.target, row.binds or "-", row.limit, row.original, row.original_share, row.check_fix,
+              row.check_share, row.plain_fix, row.plain_share, row.check_speedup, row.plain_speedup,
+              row.speedup_ratio)  # fmt: skip
 
 
 def print_details(by_target: dict[str, list[Row]]) -> None:
@@ -230,34 +215,21 @@ def print_goals(rows: list[Row]) -> None:
     )
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__, rounds=1)  # checks per target, each with its plain loops
     parser.add_argument("--budget", type=float, default=40.0, help="check's --budget in seconds (default 40)")
-    parser.add_argument("--rounds", type=int, default=1, help="checks per target, each with its plain loops")
     parser.add_argument("--plain-pairs", type=int, default=3, help="pairs of plain loops per check (default 3)")
     parser.add_argument("targets", nargs="*", metavar="TARGET", help=f"some of {', '.join(TARGETS)} (default all)")
     args = parser.parse_args(argv)
     unknown = set(args.targets) - set(TARGETS)
     if unknown:
         parser.error(f"not a target fixed by settings: {', '.join(sorted(unknown))} (choose from {', '.join(TARGETS)})")
-    os.chdir(ROOT)  # plain_rate's fresh processes import benchmarks.scenarios from the working directory
     targets = args.targets or list(TARGETS)
     print(
         f"check --budget {args.budget:g}, {args.plain_pairs} pairs of plain loops per check, {args.rounds} round(s);"
         f" limit and rates in batches/s, shares of the stated limit"
     )
+    results = harness.Results(__file__, args)
     by_target: dict[str, list[Row]] = {name: [] for name in targets}
     for round_number in range(1, args.rounds + 1):
         print_header(f"round {round_number} of {args.rounds}")
@@ -265,6 +237,7 @@ def main(argv: list[str]) -> int:
             row = measure(name, args.budget, args.plain_pairs)
             by_target[name].append(row)
             print_row(row)
+            results.add(round=round_number, **_figures(row))
     print_details(by_target)
     final = [rows[0] for rows in by_target.values()]
     if args.rounds > 1:
@@ -273,7 +246,16 @@ def main(argv: list[str]) -> int:
         for row in final:
             print_row(row)
     print_goals(final)
+    for row in final:
+        results.figures[f"{row.target}: check/plain speedup"] = row.speedup_ratio
+        results.figures[f"{row.target}: fix's share of the limit, check"] = row.check_share
+        results.figures[f"{row.target}: fix's share of the limit, plain"] = row.plain_share
+    results.write()
     return 0
+
+
+def _figures(row: Row) -> dict[str, object]:
+    return {**dataclasses.asdict(row), "plain_share": row.plain_share, "speedup_ratio": row.speedup_ratio}
 
 
 if __name__ == "__main__":

@@ -14,36 +14,23 @@ ones, and the ratios. It measures and prints; it asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
+import harness
+from harness.shared_datasets import Waiting
 from loaderdoctor import watch
 
 BATCHES_PER_EPOCH = 24
 BATCH_SIZE = 4
 
 
-class Slowing(Dataset):
-    """Samples that take `read_s` each, which the loop raises as the run goes on (read in the workers at each
-    epoch's start: they are started again every epoch)."""
-
-    def __init__(self) -> None:
-        self.read_s = 0.001
-
-    def __len__(self) -> int:
-        return BATCHES_PER_EPOCH * BATCH_SIZE
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(self.read_s)
-        return torch.zeros(8)
-
-
 def one_round(epochs: int) -> tuple[float, tuple[float, float], float, tuple[float, float]]:
-    dataset = Slowing()
+    # samples that take `read_s` each, which the loop raises as the run goes on (read in the workers at each
+    # epoch's start: they are started again every epoch)
+    dataset = Waiting(0.001, BATCHES_PER_EPOCH * BATCH_SIZE, width=8)
     loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=2)
     spans: list[tuple[float, float, int]] = []
     with watch(loader, "bench-range", history=False, log_every_s=3600) as watched:
@@ -65,21 +52,35 @@ def one_round(epochs: int) -> tuple[float, tuple[float, float], float, tuple[flo
     return m["batches_per_s"], (low, high), total, (min(rates), max(rates))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+COLUMNS = [
+    harness.Column("round"),
+    harness.Column("tool b/s", fmt=".1f"),
+    harness.Column("tool range"),
+    harness.Column("plain b/s", fmt=".1f"),
+    harness.Column("plain range (thirds)"),
+    harness.Column("rate", fmt=".2f", key="rate_ratio"),
+    harness.Column("low", fmt=".2f", key="low_ratio"),
+    harness.Column("high", fmt=".2f", key="high_ratio"),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.parser(__doc__, rounds=3)
     parser.add_argument("--epochs", type=int, default=9)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.getLogger("loaderdoctor").setLevel(logging.ERROR)  # the diagnosis at the watch's end: not printed
-    print("| round | tool b/s | tool range | plain b/s | plain range (thirds) | rate | low | high |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for number in range(args.rounds):
-        rate, (low, high), plain, (plain_low, plain_high) = one_round(args.epochs)
-        print(
-            f"| {number + 1} | {rate:.1f} | {low:.1f}-{high:.1f} | {plain:.1f} | {plain_low:.1f}-{plain_high:.1f} | "
-            f"{rate / plain:.2f} | {low / plain_low:.2f} | {high / plain_high:.2f} |",
-            flush=True,
-        )
+    table = harness.Table(COLUMNS, markdown=True)
+    with harness.Results(__file__, args) as results:
+        table.header()
+        for number in range(args.rounds):
+            rate, (low, high), plain, (plain_low, plain_high) = one_round(args.epochs)
+            ranges = f"{low:.1f}-{high:.1f}", f"{plain_low:.1f}-{plain_high:.1f}"
+            row = table.row(
+                number + 1, rate, ranges[0], plain, ranges[1], rate / plain, low / plain_low, high / plain_high
+            )
+            results.add(**row)
+        for key in ("rate_ratio", "low_ratio", "high_ratio"):
+            results.figures[f"tool/plain, {key.split('_')[0]}"] = harness.median(r[key] for r in results.rows)
 
 
 if __name__ == "__main__":

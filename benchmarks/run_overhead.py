@@ -16,13 +16,13 @@ which the report states apart): the two should agree within noise.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+import harness
 
 SCRIPT = """\
 import time
@@ -75,31 +75,50 @@ def _reported_rate(path: Path) -> float:
     return float(loader["measurements"]["batches_per_s"])
 
 
+COLUMNS = [
+    harness.Column("pair", 4),
+    harness.Column("bare loop s", 11, ".3f"),
+    harness.Column("run loop s", 10, ".3f"),
+    harness.Column("ratio", 6, ".3f", key="loop_ratio"),
+    harness.Column("bare proc s", 11, ".2f"),
+    harness.Column("run proc s", 10, ".2f"),
+    harness.Column("ratio", 6, ".3f", key="process_ratio"),
+    harness.Column("own b/s", 8, ".1f"),
+    harness.Column("reported", 8, ".1f"),
+    harness.Column("ratio", 6, ".3f", key="rate_ratio"),
+]
+
+
 def main(argv: list[str]) -> int:
-    pairs = int(argv[0]) if argv else 8
-    with tempfile.TemporaryDirectory(prefix="loaderdoctor-run-overhead-") as folder:
-        cwd = Path(folder)
-        (cwd / "train.py").write_text(textwrap.dedent(SCRIPT))
+    args = harness.parser(__doc__, rounds=8, rounds_as="PAIRS").parse_args(argv)
+    table = harness.Table(COLUMNS, sep="  ", rule=False)
+    with (
+        harness.Results(__file__, args) as results,
+        harness.script_folder("loaderdoctor-run-overhead-", "train.py", textwrap.dedent(SCRIPT)) as script,
+    ):
+        cwd = script.parent
         bare = [sys.executable, "train.py"]
         watched = [sys.executable, "-m", "loaderdoctor", "run", "--no-history", "--json", "run.json", "train.py"]
-        print(f"{pairs} pairs: `python train.py` against `loaderdoctor run train.py` (6 epochs, 1536 batches)")
-        print(f"{'pair':>4}  {'bare loop s':>11}  {'run loop s':>10}  {'ratio':>6}  {'bare proc s':>11}  "
-              f"{'run proc s':>10}  {'ratio':>6}  {'own b/s':>8}  {'reported':>8}  {'ratio':>6}")  # fmt: skip
-        loop_ratios, whole_ratios, rate_ratios = [], [], []
-        for pair in range(pairs):
-            order = (bare, watched) if pair % 2 == 0 else (watched, bare)
-            times = {id(command): _timed(command, cwd) for command in order}
-            (bare_loop, _, bare_whole), (run_loop, own_rate, run_whole) = times[id(bare)], times[id(watched)]
-            reported = _reported_rate(cwd / "run.json")
-            loop_ratios.append(run_loop / bare_loop)
-            whole_ratios.append(run_whole / bare_whole)
-            rate_ratios.append(reported / own_rate)
-            print(f"{pair + 1:>4}  {bare_loop:>11.3f}  {run_loop:>10.3f}  {loop_ratios[-1]:>6.3f}  "
-                  f"{bare_whole:>11.2f}  {run_whole:>10.2f}  {whole_ratios[-1]:>6.3f}  {own_rate:>8.1f}  "
-                  f"{reported:>8.1f}  {rate_ratios[-1]:>6.3f}")  # fmt: skip
-        loop, whole = statistics.median(loop_ratios), statistics.median(whole_ratios)
+        print(f"{args.rounds} pairs: `python train.py` against `loaderdoctor run train.py` (6 epochs, 1536 batches)")
+        table.header()
+        commands = {
+            "bare": lambda: _timed(bare, cwd),
+            "run": lambda: (*_timed(watched, cwd), _reported_rate(cwd / "run.json")),
+        }
+        for pair, timed in enumerate(harness.in_turns(commands, args.rounds), start=1):
+            (bare_loop, _, bare_whole), (run_loop, own_rate, run_whole, reported) = timed["bare"], timed["run"]
+            loop, whole, rate = run_loop / bare_loop, run_whole / bare_whole, reported / own_rate
+            results.add(
+                **table.row(pair, bare_loop, run_loop, loop, bare_whole, run_whole, whole, own_rate, reported, rate)
+            )
+        loop, whole, rate = (
+            harness.median(r[key] for r in results.rows) for key in ("loop_ratio", "process_ratio", "rate_ratio")
+        )
         print(f"median ratio, training loop: {loop:.3f} (goal 1.02 or less); whole process: {whole:.3f}")
-        print(f"the rate run reports over the script's own (epochs 1-5): median {statistics.median(rate_ratios):.3f}")
+        print(f"the rate run reports over the script's own (epochs 1-5): median {rate:.3f}")
+        results.figures.update(
+            {"training loop: run/bare": loop, "whole process: run/bare": whole, "reported/own rate": rate}
+        )
     return 0
 
 

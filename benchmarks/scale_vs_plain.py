@@ -12,6 +12,7 @@ figures per round and their ratio; the tool's figure must match the plain loop's
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -20,6 +21,8 @@ import time
 
 import torch
 import torch.distributed as dist
+
+import harness
 
 MEASURE_S = 8.0
 
@@ -82,20 +85,25 @@ def _tool(target: str, ranks: int) -> float:
 
 
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["--rank"]:
-        plain_rank(argv[1], float(argv[2]))
+    parser = harness.parser(__doc__)
+    parser.add_argument("target", metavar="TARGET", nargs="?", default="scenario:lock-contention")
+    parser.add_argument("ranks", metavar="RANKS", type=int, nargs="?", default=2)
+    parser.add_argument("rounds", metavar="ROUNDS", type=int, nargs="?", default=2)
+    parser.add_argument("--rank", nargs=2, metavar=("TARGET", "SECONDS"), help=argparse.SUPPRESS)  # torchrun's ranks
+    args = parser.parse_args(argv)
+    if args.rank:
+        plain_rank(args.rank[0], float(args.rank[1]))
         return
-    target = argv[0] if argv else "scenario:lock-contention"
-    ranks = int(argv[1]) if len(argv) > 1 else 2
-    rounds = int(argv[2]) if len(argv) > 2 else 2
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    print(f"{target}, {ranks} ranks: aggregate samples/s, scale vs a plain DDP loop (torchrun)")
-    print(f"{'round':>5}  {'scale':>9}  {'plain':>9}  {'ratio':>6}")
-    for number in range(rounds):
-        order = [_tool, _plain] if number % 2 == 0 else [_plain, _tool]
-        figures = {fn.__name__: fn(target, ranks) for fn in order}
-        tool, plain = figures["_tool"], figures["_plain"]
-        print(f"{number + 1:>5}  {tool:>9.1f}  {plain:>9.1f}  {tool / plain:>6.2f}")
+    print(f"{args.target}, {args.ranks} ranks: aggregate samples/s, scale vs a plain DDP loop (torchrun)")
+    columns = [harness.Column("round", 5), harness.Column("scale", 9, ".1f"), harness.Column("plain", 9, ".1f")]
+    table = harness.Table([*columns, harness.Column("ratio", 6, ".2f")], sep="  ", rule=False)
+    table.header()
+    contenders = {"scale": lambda: _tool(args.target, args.ranks), "plain": lambda: _plain(args.target, args.ranks)}
+    with harness.Results(__file__, args) as results:
+        for number, figures in enumerate(harness.in_turns(contenders, args.rounds), start=1):
+            results.add(**table.row(number, figures["scale"], figures["plain"], figures["scale"] / figures["plain"]))
+        results.figures["scale/plain"] = harness.median_ratio(results.rows, "scale", "plain")
 
 
 if __name__ == "__main__":

@@ -20,13 +20,15 @@ import collections
 import json
 import multiprocessing
 import statistics
-import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+import harness
 from loaderdoctor import scenarios
 
+HERE = Path(__file__).resolve()
 PLAIN_MIN_S = 6.0  # a plain loop times whole epochs for at least this long
 PLAIN_TIMEOUT_S = 240
 
@@ -53,70 +55,43 @@ def _hog(after_s: float, for_s: float) -> threading.Thread:
 def check_once(name: str, budget_s: float, busy: bool) -> tuple[dict, float]:
     hog = _hog(0.2 * budget_s, 0.4 * budget_s) if busy else None
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "loaderdoctor", "check", f"scenario:{name}", "--json", "--budget", str(budget_s)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    document = harness.check_json(f"scenario:{name}", ["--budget", str(budget_s)], 600)
     wall_s = time.monotonic() - started
     if hog is not None:
         hog.join()
-    if result.returncode not in (0, 1):
-        raise SystemExit(f"check scenario:{name} failed with status {result.returncode}:\n{result.stderr}")
-    return json.loads(result.stdout), wall_s
+    return document, wall_s
 
 
 def plain_rate(name: str, settings: dict) -> float | None:
-    """Batches per second of a plain loop over the scenario's loader rebuilt with `settings` (a fresh process)."""
-    code = (
-        "import json, sys\n"
-        "from benchmarks.scenarios import _plain_in_process\n"
-        "if __name__ == '__main__':\n"
-        f"    print(json.dumps(_plain_in_process({name!r}, json.loads(sys.argv[1]))))\n"
-    )
-    try:
-        result = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(settings)],
-            capture_output=True,
-            text=True,
-            timeout=PLAIN_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        return None  # it hangs: the original settings of fork-deadlock
-    if result.returncode != 0:
-        raise SystemExit(f"the plain loop of {name} failed:\n{result.stderr}")
-    return json.loads(result.stdout)
+    """Batches per second of a plain loop over the scenario's loader rebuilt with `settings` (a fresh process), or
+    None when it hangs (the original settings of fork-deadlock)."""
+    command = [sys.executable, str(HERE), "--plain", name, json.dumps(settings)]
+    return harness.figure_in_fresh_process(command, PLAIN_TIMEOUT_S)
 
 
 def plain_speedup(name: str, original: dict, fix: dict, pairs: int) -> float | None:
     """The fix's plain-loop rate over the original's: the median over `pairs` pairs of fresh processes, taken
     in turns (original, fix, original, fix...) so that a quiet spell does not favour one; None when the
     original settings hang."""
+    contenders = {"before": lambda: plain_rate(name, original), "after": lambda: plain_rate(name, fix)}
     ratios = []
-    for _ in range(pairs):
-        before, after = plain_rate(name, original), plain_rate(name, fix)
-        if not before or not after:
+    for pair in harness.in_turns(contenders, pairs, order="same"):
+        if not pair["before"] or not pair["after"]:
             return None
-        ratios.append(after / before)
+        ratios.append(pair["after"] / pair["before"])
     return statistics.median(ratios)
 
 
 def _plain_in_process(name: str, settings_dict: dict) -> float:
+    """Batches per second of whole epochs for at least PLAIN_MIN_S, after one epoch to warm up (workers started,
+    as every long run has them)."""
     from loaderdoctor.loader.settings import LoaderSpec, Settings
 
     workload = scenarios.get(name).build()
     try:
         step_s = (workload.step_ms or 0.0) / 1000
         loader = LoaderSpec.from_loader(workload.train).build(Settings.from_dict(settings_dict))
-        for _ in loader:  # one epoch to warm up: workers started, as every long run has them
-            time.sleep(step_s)
-        batches, started = 0, time.perf_counter()
-        while time.perf_counter() - started < PLAIN_MIN_S:
-            for _ in loader:
-                time.sleep(step_s)
-                batches += 1
-        rate = batches / (time.perf_counter() - started)
+        rate = harness.loop_rate(loader, lambda _: time.sleep(step_s), warm_up=1, seconds=PLAIN_MIN_S)
         del loader
         return rate
     finally:
@@ -124,24 +99,25 @@ def _plain_in_process(name: str, settings_dict: dict) -> float:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--budget", type=float, default=30.0)
     parser.add_argument("--busy", action="store_true", help="a one-core hog during part of every check")
     parser.add_argument("--plain-pairs", type=int, default=3, help="pairs of plain loops for the reference")
     parser.add_argument("names", nargs="*")
+    parser.add_argument("--plain", nargs=2, metavar=("NAME", "SETTINGS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.plain:  # one plain loop, in the fresh process plain_rate starts
+        print(json.dumps(_plain_in_process(args.plain[0], json.loads(args.plain[1]))))
+        return 0
     names = args.names or scenarios.names()
     print(
         f"{args.runs} checks per scenario, --budget {args.budget:g}"
         + (", a one-core hog for part of each" if args.busy else "")
     )
-    header = (
-        f"{'scenario':<15} {'planted cause':<21} {'as planted':>10} {'same verdict':>12}  {'verdict':<14}"
-        f" {'check':>7} {'range':>13} {'plain':>7} {'diff':>6} {'wall s':>7}"
-    )
-    print(header)
-    print("-" * len(header))
+    table = harness.Table(COLUMNS)
+    table.header()
+    results = harness.Results(__file__, args, rounds=args.runs)
     all_match = True
     for name in names:
         planted = scenarios.get(name).planted_cause
@@ -170,17 +146,27 @@ def main(argv: list[str]) -> int:
             if plain is not None:
                 diff = check_speedup / plain - 1 if check_speedup else None
         shown_range = f"{min(speedups):.2f}-{max(speedups):.2f}x" if speedups else "-"
-        print(
-            f"{name:<15} {planted or 'none':<21} {as_planted:>6}/{args.runs:<3} {count:>8}/{args.runs:<3}  "
-            f"{verdict:<14} {_x(check_speedup):>7} {shown_range:>13} {_x(plain):>7} "
-            f"{'-' if diff is None else f'{diff:+.0%}':>6} {statistics.median(walls):>7.1f}"
-        )
+        row = table.row(name, planted or "none", f"{as_planted:>6}/{args.runs:<3}", f"{count:>8}/{args.runs:<3}",
+                        verdict, check_speedup, shown_range, plain, diff, statistics.median(walls))  # fmt: skip
+        results.add(**row, as_planted_count=as_planted, same_verdict_count=count)
+        results.figures[f"{name}: check/plain speedup"] = None if diff is None else diff + 1
     print(f"\nevery run named the planted cause and gave the same verdict: {'yes' if all_match else 'NO'}")
+    results.write()
     return 0 if all_match else 1
 
 
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+COLUMNS = [
+    harness.Column("scenario", 15, align="<"),
+    harness.Column("planted cause", 21, align="<"),
+    harness.Column("as planted", 10),
+    harness.Column("same verdict", 12),
+    harness.Column("verdict", 14, align="<", gap=1),
+    harness.Column("check", 7, ".2f", "x"),
+    harness.Column("range", 13),
+    harness.Column("plain", 7, ".2f", "x"),
+    harness.Column("diff", 6, "+.0%"),
+    harness.Column("wall s", 7, ".1f"),
+]
 
 
 if __name__ == "__main__":

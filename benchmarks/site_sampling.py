@@ -16,7 +16,7 @@ per-round ratios with/without, and the microseconds added per sample.
 from __future__ import annotations
 
 import fcntl
-import statistics
+import functools
 import sys
 import tempfile
 import threading
@@ -26,11 +26,13 @@ from collections.abc import Callable
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+import harness
 from loaderdoctor.workers.filelocks import FileLockWatch
 from loaderdoctor.workers.hook import ProbeWorkerHook
 from loaderdoctor.workers.sites import SiteProfiler, activity_path, thread_cpu_clock
 
 SAMPLES = 2000
+BATCH = 16  # the workers' batch: SAMPLES is a whole number of them
 
 
 def python_sample(index: int) -> float:
@@ -80,18 +82,11 @@ def _sampled_rate(sample: Callable[[int], float], count: int, directory: str, wa
 
 
 def _compare_loop(sample: Callable[[int], float], rounds: int, watch_locks: bool) -> tuple[float, float, float]:
-    plain_rates, sampled_rates, ratios = [], [], []
     with tempfile.TemporaryDirectory() as directory:
         _rate(sample, SAMPLES // 10)  # warm-up
-        for round_number in range(rounds):
-            runs = [
-                (lambda: _rate(sample, SAMPLES), plain_rates),
-                (lambda: _sampled_rate(sample, SAMPLES, directory, watch_locks), sampled_rates),
-            ]
-            for run, rates in runs if round_number % 2 == 0 else reversed(runs):
-                rates.append(run())
-            ratios.append(sampled_rates[-1] / plain_rates[-1])
-    return statistics.median(plain_rates), statistics.median(sampled_rates), statistics.median(ratios)
+        return harness.side_by_side(
+            lambda: _rate(sample, SAMPLES), lambda: _sampled_rate(sample, SAMPLES, directory, watch_locks), rounds
+        )
 
 
 class PythonWork(Dataset):
@@ -106,55 +101,42 @@ def _no_hook(worker_id: int) -> None:
     pass
 
 
-def _epoch_rate(loader: DataLoader) -> float:
-    started = time.perf_counter()
-    count = sum(len(batch) for batch in loader)
-    return count / (time.perf_counter() - started)
-
-
 def _compare_workers(rounds: int) -> tuple[float, float, float]:
-    """Persistent workers, started and warmed up by a first epoch: each round times an epoch of each."""
-    plain_rates, hooked_rates, ratios = [], [], []
+    """Persistent workers, started and warmed up by a first epoch: each round times an epoch of each (in samples
+    per second: the loop's batches per second times the batch's samples)."""
     with tempfile.TemporaryDirectory() as directory:
-        loaders = [
-            DataLoader(PythonWork(), batch_size=16, num_workers=2, persistent_workers=True, worker_init_fn=init)
+        plain, hooked = (
+            DataLoader(PythonWork(), batch_size=BATCH, num_workers=2, persistent_workers=True, worker_init_fn=init)
             for init in (_no_hook, ProbeWorkerHook(directory))
-        ]
-        for loader in loaders:
-            _epoch_rate(loader)
-        for round_number in range(rounds):
-            runs = list(zip(loaders, (plain_rates, hooked_rates), strict=True))
-            for loader, rates in runs if round_number % 2 == 0 else reversed(runs):
-                rates.append(_epoch_rate(loader))
-            ratios.append(hooked_rates[-1] / plain_rates[-1])
-        del loaders
-    return statistics.median(plain_rates), statistics.median(hooked_rates), statistics.median(ratios)
+        )
+        harness.loop_rate(plain), harness.loop_rate(hooked)
+        rates = [functools.partial(_samples_rate, loader) for loader in (plain, hooked)]
+        del plain, hooked
+        measured = harness.side_by_side(*rates, rounds)
+        del rates  # the workers end before their folder goes
+    return measured
 
 
-def _added_us(plain: float, sampled: float) -> float:
-    """Microseconds added per sample."""
-    return (1 / sampled - 1 / plain) * 1e6
+def _samples_rate(loader: DataLoader) -> float:
+    return BATCH * harness.loop_rate(loader)
 
 
 def main(argv: list[str]) -> int:
-    rounds = int(argv[0]) if argv else 7
-    header = f"{'loop':<44} {'plain samples/s':>16} {'sampled samples/s':>18} {'sampled/plain':>14} {'us added':>9}"
-    print(header)
-    print("-" * len(header))
-    with tempfile.NamedTemporaryFile() as shared:
-        shared.write(b"x" * 4096)
-        shared.flush()
-        loops = (
-            ("pure Python, this process", python_sample, False),
-            ("numpy, this process", numpy_sample, False),
-            ("flock LOCK_SH per sample, lock watch on", _flock_sample(shared.name), True),
-        )
-        for label, sample, watch_locks in loops:
-            plain, sampled, ratio = _compare_loop(sample, rounds, watch_locks)
-            print(f"{label:<44} {plain:>16.0f} {sampled:>18.0f} {ratio:>14.3f} {_added_us(plain, sampled):>9.1f}")
-    plain, hooked, ratio = _compare_workers(rounds)
-    label = "pure Python, 2 workers, the probe hook"
-    print(f"{label:<44} {plain:>16.0f} {hooked:>18.0f} {ratio:>14.3f} {_added_us(plain, hooked):>9.1f}")
+    args = harness.parser(__doc__, rounds=7, rounds_as="ROUNDS").parse_args(argv)
+    with harness.Results(__file__, args) as results:
+        table = harness.OverheadTable(results, "loop", 44, "samples/s", "sampled")
+        table.header()
+        with tempfile.NamedTemporaryFile() as shared:
+            shared.write(b"x" * 4096)
+            shared.flush()
+            loops = (
+                ("pure Python, this process", python_sample, False),
+                ("numpy, this process", numpy_sample, False),
+                ("flock LOCK_SH per sample, lock watch on", _flock_sample(shared.name), True),
+            )
+            for label, sample, watch_locks in loops:
+                table.add(label, *_compare_loop(sample, args.rounds, watch_locks))
+        table.add("pure Python, 2 workers, the probe hook", *_compare_workers(args.rounds))
     return 0
 
 

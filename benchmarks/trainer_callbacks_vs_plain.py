@@ -19,7 +19,6 @@ difference of the wait share in points (goal: within 10). It measures and prints
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -27,6 +26,8 @@ import warnings
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+import harness
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -78,17 +79,7 @@ def _compute() -> None:
         x = torch.tanh(x @ WEIGHT)
 
 
-def _calibrated(ms: float) -> int:
-    torch.set_num_threads(1)
-    x = torch.ones(64, 256)
-    started, n = time.perf_counter(), 0
-    while time.perf_counter() - started < 0.3:
-        x = torch.tanh(x @ WEIGHT)
-        n += 1
-    return max(1, round(n * ms / 300))
-
-
-PASSES = 1
+PASSES = 1  # calibrated by main() to a step of about 5 ms
 
 
 def plain_figures(clock: StepClock, dataset: Timed) -> tuple[float, float]:
@@ -155,27 +146,43 @@ def huggingface_round(read_s: float, steps: int) -> tuple[float, float, float, f
     return (*plain_figures(clock, dataset), m["batches_per_s"], m["wait_fraction"])
 
 
-def main() -> None:
+COLUMNS = [
+    harness.Column("mode"),
+    harness.Column("loader"),
+    harness.Column("round"),
+    harness.Column("plain b/s", fmt=".1f"),
+    harness.Column("callback b/s", fmt=".1f"),
+    harness.Column("callback / plain", fmt=".2f", key="ratio"),
+    harness.Column("plain wait", fmt=".0%"),
+    harness.Column("callback wait", fmt=".0%"),
+    harness.Column("pts", fmt="+.1f"),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
     global PASSES
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = harness.parser(__doc__, rounds=3)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("modes", nargs="*", default=["lightning", "huggingface"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    PASSES = _calibrated(5.0)
+    torch.set_num_threads(1)
+    PASSES = harness.calibrated_passes(5.0)
     rounds = {"lightning": lightning_round, "huggingface": huggingface_round}
-    print("| mode | loader | round | plain b/s | callback b/s | callback / plain | plain wait | callback wait | pts |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for mode in args.modes:
-        for number in range(args.rounds):
-            for loader, read_s in (("slow", 0.003), ("fast", 0.0002)):
-                rate, wait, their_rate, their_wait = rounds[mode](read_s, args.steps)
-                print(
-                    f"| {mode} | {loader} | {number + 1} | {rate:.1f} | {their_rate:.1f} | {their_rate / rate:.2f} | "
-                    f"{wait:.0%} | {their_wait:.0%} | {(their_wait - wait) * 100:+.1f} |",
-                    flush=True,
-                )
+    table = harness.Table(COLUMNS, markdown=True)
+    table.header()
+    with harness.Results(__file__, args) as results:
+        for mode in args.modes:
+            for number in range(args.rounds):
+                for loader, read_s in (("slow", 0.003), ("fast", 0.0002)):
+                    rate, wait, their_rate, their_wait = rounds[mode](read_s, args.steps)
+                    row = table.row(mode, loader, number + 1, rate, their_rate, their_rate / rate, wait, their_wait,
+                                    (their_wait - wait) * 100)  # fmt: skip
+                    results.add(**row)
+            for loader in ("slow", "fast"):
+                mine = [r for r in results.rows if r["mode"] == mode and r["loader"] == loader]
+                results.figures[f"{mode}, {loader}: callback/plain rate"] = harness.median(r["ratio"] for r in mine)
+                results.figures[f"{mode}, {loader}: wait points apart"] = harness.median(r["pts"] for r in mine)
 
 
 if __name__ == "__main__":

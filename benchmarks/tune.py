@@ -32,21 +32,18 @@ what a user's loop gets); and the tuner's search time as a ratio to the grid's.
 
 from __future__ import annotations
 
-import argparse
+import functools
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from tune_pipelines import PIPELINES
-
+import harness
 from loaderdoctor.host.facts import host_facts
 from loaderdoctor.loader.settings import LoaderSpec, Settings, quiet_worker_count_advice
 from loaderdoctor.probe.measuring import Measuring
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S, default_memory_budget, tune_loader
 from loaderdoctor.tune.space import grid
+from tune_pipelines import PIPELINES
 
 FINAL_EPOCHS = 8
 GRID_EPOCHS = 1
@@ -56,20 +53,17 @@ def _epochs_rate(spec: LoaderSpec, settings: Settings, epochs: int) -> float:
     """Batches per second over `epochs` whole epochs of a new loader with `settings`, after one epoch to warm up
     (each timed epoch's start-up counted where workers start anew every epoch)."""
     loader = spec.build(settings)
-    batches = 0
+
+    def end_workers() -> None:  # persistent ones: inside the timed span, as they have always been
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+
     with quiet_worker_count_advice():
         try:
-            for _batch in loader:
-                pass
-            started = time.perf_counter()
-            for _ in range(epochs):
-                for _batch in loader:
-                    batches += 1
+            return harness.loop_rate(loader, epochs=epochs, warm_up=1, end=end_workers)
         finally:
-            iterator = getattr(loader, "_iterator", None)
-            if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-                iterator._shutdown_workers()
-    return batches / (time.perf_counter() - started)
+            end_workers()  # again (a no-op once done) where the loop failed
 
 
 def _grid_best(spec: LoaderSpec, space: list[Settings]) -> tuple[Settings, float]:
@@ -104,28 +98,20 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int, pair_round
         "lightning": Settings(num_workers=lightning_workers, prefetch_factor=2 if lightning_workers else None),
         "seeds' recipe": Settings(num_workers=4, prefetch_factor=2, persistent_workers=True),
     }
-    rates: dict[str, list[float]] = {who: [] for who in contenders}
-    for round_number in range(rounds):
-        order = list(contenders) if round_number % 2 == 0 else list(reversed(contenders))
-        for who in order:
-            rates[who].append(_epochs_rate(spec, contenders[who], FINAL_EPOCHS))
-    tuner_rates, grid_rates = list(rates["tuner"]), list(rates["grid best"])
-    for round_number in range(pair_rounds):
-        pair = ("tuner", "grid best") if round_number % 2 == 0 else ("grid best", "tuner")
-        for who in pair:
-            rate = _epochs_rate(spec, contenders[who], FINAL_EPOCHS)
-            (tuner_rates if who == "tuner" else grid_rates).append(rate)
+    timed = {who: functools.partial(_epochs_rate, spec, settings, FINAL_EPOCHS) for who, settings in contenders.items()}
+    rounds_of_all = list(harness.in_turns(timed, rounds))
+    pairs = {who: timed[who] for who in ("tuner", "grid best")}
+    rounds_of_pairs = rounds_of_all + list(harness.in_turns(pairs, pair_rounds))
     # Each round's rate over the same round's grid-best rate: the two ran one after the other, so the host's
     # slower and faster minutes (here the same settings read 64 and 89 batches/s a minute apart) cancel.
-    per_round = {
-        who: [rate / grid for rate, grid in zip(rates[who], rates["grid best"], strict=True)] for who in contenders
-    }
-    per_round["tuner"] = [rate / grid for rate, grid in zip(tuner_rates, grid_rates, strict=True)]
+    ratios = {who: harness.median_ratio(rounds_of_all, who, "grid best") for who in contenders}
+    ratios["tuner"] = harness.median_ratio(rounds_of_pairs, "tuner", "grid best")
+    tuner_rounds = harness.per_round_ratios(rounds_of_pairs, "tuner", "grid best")
     return {
         "name": name,
-        "ratios": {who: statistics.median(per_round[who]) for who in contenders},
-        "tuner_rounds": (min(per_round["tuner"]), max(per_round["tuner"])),
-        "grid_best": statistics.median(grid_rates),
+        "ratios": ratios,
+        "tuner_rounds": (min(tuner_rounds), max(tuner_rounds)),
+        "grid_best": statistics.median(r["grid best"] for r in rounds_of_pairs),
         "reported_over_plain": tuned.chosen.batches_per_s / plain_after_search,
         "tuner": tuned.settings.describe(),
         "grid": grid_settings.describe(),
@@ -137,15 +123,15 @@ def _bench(name: str, budget_s: float, max_workers: int, rounds: int, pair_round
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, rounds=5)  # side-by-side rounds of the contenders
     parser.add_argument(
         "--budget", type=float, default=DEFAULT_BUDGET_S, help="the tuner's budget per pipeline (s; default tune's)"
     )
     parser.add_argument("--max-workers", type=int, default=16, help="the space's largest worker count")
-    parser.add_argument("--rounds", type=int, default=5, help="side-by-side rounds of the contenders")
     parser.add_argument("--pair-rounds", type=int, default=10, help="more rounds of the tuner and the grid's best")
     parser.add_argument("--only", nargs="*", default=list(PIPELINES), choices=list(PIPELINES))
     args = parser.parse_args(argv)
+    kept = harness.Results(__file__, args, rounds=args.rounds + args.pair_rounds)
     results = []
     for name in args.only:
         print(f"… {name}", file=sys.stderr, flush=True)
@@ -175,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']:<15} tuner: {r['tuner']} ({r['trials']} trials, {r['tuner_s']:.0f} s); grid best: "
             f"{r['grid']} ({r['grid_best']:.1f} batches/s; {r['grid_size']} settings, {r['grid_s']:.0f} s){same}"
         )
+        kept.add(**r)
+        kept.figures.update({f"{r['name']}: {w} / grid best": r["ratios"][w] for w in who})
+        kept.figures[f"{r['name']}: reported/plain"] = r["reported_over_plain"]
+        kept.figures[f"{r['name']}: search/grid"] = r["tuner_s"] / r["grid_s"]
+    kept.write()
     return 0
 
 

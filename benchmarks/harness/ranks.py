@@ -1,8 +1,8 @@
 """The plain side of the two-rank ceiling benchmarks (job_ceiling_vs_plain.py, dispatch_ceiling_vs_plain.py): a
 rank's loop in turns of 3 s (real, cached, real, cached, real), the cached turns stepping on the last batch the
 loader delivered without asking it for more; rank 0's clock decides the turn and an all_reduce tells every rank, so
-all switch at the same step. Imported by the ranks' scripts, which those benchmarks write to a folder of their own
-and run with this folder on PYTHONPATH."""
+all switch at the same step. Imported by the ranks' scripts (`from harness.ranks import turns`), which those
+benchmarks write to a folder of their own and run with benchmarks/ on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 TURN_S = 3.0
-BENCHMARKS = str(Path(__file__).resolve().parent)  # for the ranks' PYTHONPATH
+BENCHMARKS = str(Path(__file__).resolve().parents[1])  # for the ranks' PYTHONPATH: benchmarks/
 
 
 def turns(loader: Iterable[Any], step: Callable[[Any], None], *, warm_up: int = 10) -> tuple[float, float]:
