@@ -12,7 +12,7 @@ from loaderdoctor.tap.signals import hold_interrupt as _hold
 from loaderdoctor.tap.signals import release_interrupt as release_interrupt
 
 # The modules run as `python -m MODULE` that are the command line: loaderdoctor's own, and run's ranks.
-COMMAND_MODULES = ("loaderdoctor", "loaderdoctor.job.ranks")
+COMMAND_MODULES = ("loaderdoctor", "loaderdoctor.job")
 
 
 def is_command_line() -> bool:

@@ -106,6 +106,7 @@ def test_ranks_ended_by_a_signal_leave_each_ranks_summary_in_the_history_and_no_
     assert process.returncode == 128 + signum, stderr
     assert f"the script was ended by {said}" in " ".join(stderr.split()), stderr
     assert "SignalException" not in stderr and not [frame for frame in OWN_FRAMES if frame in stderr], stderr
+    assert "RuntimeWarning" not in stderr, stderr  # each rank said "'loaderdoctor.watch.ranks' found in sys.modules"
     loaders = json.loads((tmp_path / "out.json").read_text())["loaders"]
     assert sorted(loaders) == [f"{SITE}/rank0", f"{SITE}/rank1"]
     assert all(loader["measurements"]["batches"] >= 21 for loader in loaders.values())

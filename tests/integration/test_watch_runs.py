@@ -134,7 +134,7 @@ def test_a_run_slowed_by_processes_hogging_the_cores_is_flagged_naming_them(tmp_
     newest, middle, _oldest = load_runs(name="job")
     # The second run is the first again, nothing of this test's changed: flagged only as the machine's load, which
     # two tests at a time can bring (seen: "37% below the last run: other processes took 1.4 of 2 cores (0.5
-    # before): pid ... loaderdoctor.job.ranks", the test beside this one).
+    # before): pid ... loaderdoctor.job", the test beside this one).
     unchanged = next((f for f in middle.findings if f["rule"] == "run-degradation"), None)
     assert unchanged is None or unchanged["evidence"]["likeliest_cause"] in ("other_processes", "load_avg_1m"), (
         unchanged

@@ -1,5 +1,5 @@
 """A script run as N ranks, as torchrun runs it: torch.distributed's elastic launcher starts `python -m
-loaderdoctor.job.ranks SCRIPT ARGS` in each rank (the script's output goes where torchrun's would); each
+loaderdoctor.job SCRIPT ARGS` (job/__main__.py) in each rank (the script's output goes where torchrun's would); each
 rank runs the script with its loaders watched and writes what it measured to a file of its own; this node's
 ranks' loaders are then joined here, and rank-straggler judged across the ranks of each loader. SIGTERM or
 Ctrl-C to the launching process ends every rank as it ends one `python train.py` (see RankEnds)."""
@@ -44,6 +44,10 @@ from loaderdoctor.tap.signals import (
 RUN_DIR_ENV = "LOADERDOCTOR_RUN_DIR"
 GUARD_ENV = "LOADERDOCTOR_RUN_GUARD"
 NAME_ENV = "LOADERDOCTOR_RUN_NAME"
+# What each rank runs, `python -m RANK_MODULE SCRIPT ARGS`: job/__main__.py, a module nothing imports, so that
+# runpy finds it not yet imported (running job/ranks.py itself, which the package's imports load first, made every
+# rank warn "found in sys.modules ... prior to execution").
+RANK_MODULE = "loaderdoctor.job"
 # run --ceiling [STEPS]: "" off, "default", or the data-free steps; read by the ranks and the job's processes alike
 CEILING_ENV = "LOADERDOCTOR_RUN_CEILING"
 # After a rank fails, or a signal came, how long the ranks get to end (and write what they measured) before SIGKILL.
@@ -103,7 +107,7 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
     ends = RankEnds(SHUTDOWN_TIMEOUT_S)
     try:
         with ends:
-            elastic_launch(config, sys.executable)("-m", "loaderdoctor.job.ranks", *script.argv())
+            elastic_launch(config, sys.executable)("-m", RANK_MODULE, *script.argv())
     except ChildFailedError as error:
         failed_rank, first = _first_failure(error.failures)
         status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
@@ -282,7 +286,7 @@ def _plan(rec: Recording, world_size: int) -> DdpPlan | None:
                     sampler_drop_last=rec.sampler_drop_last)  # fmt: skip
 
 
-def _rank_main(argv: list[str]) -> int:
+def rank_main(argv: list[str]) -> int:
     """One rank: the script run with its loaders watched, what they measured written for the launching node. A
     Ctrl-C (the launcher's, passed on) while the rank still imported ends it before its script starts (130,
     nothing to write)."""
@@ -350,7 +354,3 @@ class _RankLoaders(EveryLoader):
 
 def _noted(signum: int, frame: Any) -> None:
     """A signal that comes while a rank ends: it ends anyway."""
-
-
-if __name__ == "__main__":
-    sys.exit(_rank_main(sys.argv[1:]))
