@@ -296,3 +296,23 @@ def test_a_lightning_ddp_fit_reports_both_ranks(tmp_path):
     assert len(names) == 2 and [name[-6:] for name in names] == ["/rank0", "/rank1"], (names, result.stderr)
     assert names[0].removesuffix("/rank0") == names[1].removesuffix("/rank1")  # one loader, as made in each rank
     assert all(loader["measurements"]["batches"] == 4 for loader in _loaders(tmp_path).values())  # 32 / 2 / 4
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [["torchrun"], ["-m", "torch.distributed.run"]],
+    ids=["torchrun-on-PATH", "python-m-torch.distributed.run"],
+)
+def test_run_of_a_launcher_watches_the_ranks_it_starts(tmp_path, launcher):
+    # The README's recipes: `loaderdoctor run torchrun ... train.py`, the launcher found on PATH as a Python
+    # console script (it was "no such script: torchrun"), and `loaderdoctor run -m torch.distributed.run ...`.
+    _write(tmp_path, "worker.py", TORCHRUN_WORKER)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    result = _run(["--no-history", "--json", "out.json", *launcher, "--standalone", "--nproc-per-node", "2",
+                   "worker.py"], tmp_path, env={"PATH": path})  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    site = f"worker.py:{_line(TORCHRUN_WORKER, 'DataLoader(torch')}"
+    assert sorted(_loaders(tmp_path)) == [f"{site}/rank0", f"{site}/rank1"], result.stderr
+    target = json.loads((tmp_path / "out.json").read_text())["target"]
+    assert target.startswith(" ".join(launcher)), target  # the launcher as it was named, not its path

@@ -165,6 +165,7 @@ def _script(args: argparse.Namespace) -> Script:
         script = Script(args.script_and_args[0], tuple(args.script_and_args[1:]))
     else:
         raise UsageError("give the training script to run", hint="loaderdoctor run train.py [ARGS...]")
+    script = script.found()
     script.check()
     return script
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import signal
 import sys
 import traceback
@@ -30,6 +31,7 @@ class Script:
     program: str
     args: tuple[str, ...] = ()
     module: bool = False
+    named: str | None = None  # the command as the user named it, for a launcher found on PATH ("torchrun")
 
     def check(self) -> None:
         """A clear UsageError when the script cannot be found (before anything runs)."""
@@ -39,14 +41,34 @@ class Script:
             return
         path = Path(self.program)
         if not path.exists():
-            raise UsageError(f"no such script: {self.program}", hint="give the training script's path: "
-                             "loaderdoctor run train.py [ARGS...]")  # fmt: skip
+            raise UsageError(f"no such script: {self.program}", hint="give the training script's path "
+                             "(loaderdoctor run train.py [ARGS...]), or a launcher written in Python that is on "
+                             "PATH (loaderdoctor run torchrun --nproc-per-node 2 train.py)")  # fmt: skip
         if path.is_dir() and not (path / "__main__.py").exists():
             raise UsageError(f"{self.program} is a folder without __main__.py", hint="give the script's file")
 
+    def found(self) -> Script:
+        """The script to run: a launcher named as a command on PATH (torchrun, accelerate, deepspeed: a Python
+        console script), where no file of that name is here, is run as the file PATH finds, as `python
+        "$(which torchrun)" ...` runs it; a command on PATH that is not Python is a UsageError saying how such a
+        launcher and `run` go together."""
+        if self.module or os.sep in self.program or Path(self.program).exists():
+            return self
+        command = shutil.which(self.program)
+        if command is None:
+            return self  # check() says that there is no such script
+        if not _is_python_script(Path(command)):
+            raise UsageError(
+                f"{self.program} ({command}) is a program, not a Python script: loaderdoctor run runs "
+                "the Python of a job, in its own process",
+                hint=f"start loaderdoctor run under it instead: {self.program} ... loaderdoctor run train.py "
+                "[ARGS...] (srun, mpirun), each of its processes then watches its own loaders",
+            )
+        return Script(command, self.args, named=self.program)
+
     def words(self) -> str:
         """As typed after `python`: "train.py --epochs 3" or "-m pkg.train"."""
-        return " ".join((["-m"] if self.module else []) + [self.program, *self.args])
+        return " ".join((["-m"] if self.module else []) + [self.named or self.program, *self.args])
 
     def argv(self) -> list[str]:
         """The arguments for `python` to run it."""
@@ -72,6 +94,27 @@ def presses_of_ctrl_c() -> SignalRaises:
 
 def _interrupted(signum: int) -> BaseException:
     return KeyboardInterrupt()
+
+
+# A console script's first bytes (its #! line, or pip's /bin/sh line and the exec line after it for a long path).
+_SHEBANG_BYTES = 512
+
+
+def _is_python_script(path: Path) -> bool:
+    """Whether the file a command names is a Python script: its #! line (or, for a console script that pip wrote
+    for a long interpreter path, the exec line after `#!/bin/sh`) runs a python."""
+    try:
+        with path.open("rb") as file:
+            start = file.read(_SHEBANG_BYTES)
+    except OSError:
+        return False
+    if not start.startswith(b"#!"):
+        return False
+    first, *rest = start.split(b"\n")[:3]
+    interpreter = first[2:].split()  # b"#!/usr/bin/env python3" -> [b"/usr/bin/env", b"python3"]
+    if any(b"python" in os.path.basename(word) for word in interpreter):
+        return True
+    return interpreter == [b"/bin/sh"] and any(b"exec" in line and b"python" in line for line in rest)
 
 
 def run_script(script: Script, every: EveryLoader, presses: SignalRaises | None = None) -> ScriptRun:
