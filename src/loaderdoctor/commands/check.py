@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.console import Console
 
@@ -19,6 +20,7 @@ from loaderdoctor.commands.arguments import (
 from loaderdoctor.commands.measuring import run_measuring
 from loaderdoctor.commands.showing import add_html_arg
 from loaderdoctor.kinds import BY_NAME
+from loaderdoctor.render.progress import LiveProgress
 
 NAME = "check"
 SCHEMA = BY_NAME[NAME].schema
@@ -58,12 +60,9 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Check, and show the report; on Ctrl-C or SIGTERM, what was measured so far and status 130 or 143."""
-    return run_measuring(
-        NAME,
-        args,
-        out,
-        err,
-        lambda live: check(
+
+    def measure(live: LiveProgress) -> Any:
+        return check(
             args.target,
             budget_s=args.budget,
             epochs=args.epochs,
@@ -72,7 +71,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             progress=live.check_update,
             epoch_batches=args.epoch_batches,
             cost_per_hour=args.cost_per_hour,
-        ),
-        stopped="what was measured before {by} (no fix verified for the loader interrupted)",
-        budget_s=args.budget,
-    )
+        )
+
+    stopped = "what was measured before {by} (no fix verified for the loader interrupted)"
+    return run_measuring(NAME, args, out, err, measure, stopped=stopped, budget_s=args.budget)

@@ -4,6 +4,7 @@ the scaling efficiency, the causes across ranks, and the DDP plan."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.console import Console
 
@@ -17,6 +18,7 @@ from loaderdoctor.commands.arguments import (
 )
 from loaderdoctor.commands.measuring import run_measuring
 from loaderdoctor.commands.showing import add_html_arg
+from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.scale.launch import check_rank_count
 from loaderdoctor.scale.report import SCHEMA
 from loaderdoctor.scale.run import DEFAULT_BUDGET_S, DEFAULT_RANKS, scale
@@ -64,12 +66,9 @@ def _rank_list(text: str) -> list[int]:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     check_rank_count(max(args.ranks), "--ranks")
-    return run_measuring(
-        NAME,
-        args,
-        out,
-        err,
-        lambda live: scale(
+
+    def measure(live: LiveProgress) -> Any:
+        return scale(
             args.target,
             ranks=args.ranks,
             step_ms=args.step_ms,
@@ -78,7 +77,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             node_rank=args.node_rank,
             rdzv_endpoint=args.rdzv_endpoint,
             progress=live.scale_update,
-        ),
-        stopped="every rank was ended",
-        budget_s=args.budget * len(set(args.ranks)),  # a launch per rank count
-    )
+        )
+
+    stopped = "every rank was ended"
+    budget_s = args.budget * len(set(args.ranks))  # a launch per rank count
+    return run_measuring(NAME, args, out, err, measure, stopped=stopped, budget_s=budget_s)

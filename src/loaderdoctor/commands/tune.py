@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.console import Console
 
@@ -17,6 +18,7 @@ from loaderdoctor.commands.arguments import (
 from loaderdoctor.commands.measuring import run_measuring
 from loaderdoctor.commands.showing import add_html_arg
 from loaderdoctor.kinds import BY_NAME
+from loaderdoctor.render.progress import LiveProgress
 from loaderdoctor.tune import tune
 from loaderdoctor.tune.run import DEFAULT_BUDGET_S
 
@@ -51,12 +53,9 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Tune, and show the report; on Ctrl-C or SIGTERM, the trials measured so far and status 130 or 143."""
-    return run_measuring(
-        NAME,
-        args,
-        out,
-        err,
-        lambda live: tune(
+
+    def measure(live: LiveProgress) -> Any:
+        return tune(
             args.target,
             budget_s=args.budget,
             memory_budget=args.memory_budget,
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             quick=args.quick,
             max_workers=args.max_workers,
             progress=live.tune_update,
-        ),
-        stopped="the trials measured before {by} (nothing chosen for the loader interrupted)",
-        budget_s=args.budget,
-    )
+        )
+
+    stopped = "the trials measured before {by} (nothing chosen for the loader interrupted)"
+    return run_measuring(NAME, args, out, err, measure, stopped=stopped, budget_s=args.budget)
