@@ -30,8 +30,9 @@ from loaderdoctor.guard.skipping import SkippedSamples
 from loaderdoctor.guard.state import STATE_VERSION
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.recording.record import WorkerStack
+from loaderdoctor.tap.events import Listener
 from loaderdoctor.tap.interrupt import Interrupted, MainThreadInterrupter
-from loaderdoctor.tap.iterator import Listener, RecentWaits, starts_workers
+from loaderdoctor.tap.iterator import RecentWaits, starts_workers
 from loaderdoctor.tap.watchdog import StallPolicy
 
 # Imported from here by callers and tests: kept where they always were.

@@ -24,7 +24,8 @@ from loaderdoctor.guard.streams import GuardedStream, StreamCollate, StreamRecor
 from loaderdoctor.guard.workerview import UsersDatasetHook
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.plain.words import plural
-from loaderdoctor.tap.iterator import Listener, RecentWaits, Tap, starts_workers
+from loaderdoctor.tap.events import Listener
+from loaderdoctor.tap.iterator import RecentWaits, Tap, starts_workers
 from loaderdoctor.workers.currentindex import InHand
 from loaderdoctor.workers.poller import StackDumpHook
 

@@ -24,15 +24,9 @@ from loaderdoctor.recording.epochbook import EpochBook
 from loaderdoctor.recording.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.recording.rates import epoch_overhead_s, first_startup_s
 from loaderdoctor.recording.record import Recording, Stall, Window, WorkerStack
+from loaderdoctor.tap.events import BatchDelivered, BatchFailed, Event, IteratorCreated
 from loaderdoctor.tap.interrupt import MainThreadInterrupter
-from loaderdoctor.tap.iterator import (
-    BatchDelivered,
-    BatchFailed,
-    Event,
-    IteratorCreated,
-    Tap,
-    TapIterator,
-)
+from loaderdoctor.tap.iterator import Tap, TapIterator
 from loaderdoctor.tap.stalls import Ended, respond_to_stall
 from loaderdoctor.tap.watchdog import StallNotice, Watchdog
 from loaderdoctor.workers.currentindex import InHand

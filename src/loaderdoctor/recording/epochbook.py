@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loaderdoctor.recording.record import BatchRecord, EpochRecord, Recording, startup_count, workers_started
+from loaderdoctor.tap.events import BatchDelivered, BatchFailed, IteratorCreated
 from loaderdoctor.tap.fingerprints import EpochTally
-from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, IteratorCreated
 
 
 @dataclass

@@ -23,7 +23,7 @@ from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
 from loaderdoctor.recording.record import BatchRecord, Recording, SampleError, WorkerDeath, startup_batches
 from loaderdoctor.tap.deathwatch import WorkerEnd, ended_with_job
-from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, DataFreeBatch, EpochEnded, Event, IteratorCreated
+from loaderdoctor.tap.events import BatchDelivered, BatchFailed, DataFreeBatch, EpochEnded, Event, IteratorCreated
 from loaderdoctor.workers.deaths import oom_kills, signal_name
 from loaderdoctor.workers.poller import WorkerPoller
 

@@ -18,7 +18,8 @@ from loaderdoctor.host.snapshot import HostSnapshot
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.tap.ceiling import CeilingTurns, ceiling_steps, ceiling_turns
-from loaderdoctor.tap.iterator import DataFreeBatch, Tap
+from loaderdoctor.tap.events import DataFreeBatch
+from loaderdoctor.tap.iterator import Tap
 from loaderdoctor.tap.turnsiterator import TurnsIterator
 from loaderdoctor.watch.watchrun import WatchRun
 

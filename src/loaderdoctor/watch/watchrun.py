@@ -31,7 +31,8 @@ from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.finding import Finding
 from loaderdoctor.tap import deathwatch
 from loaderdoctor.tap.ceiling import Ceiling
-from loaderdoctor.tap.iterator import EpochEnded, Event, IteratorCreated, is_worker_death
+from loaderdoctor.tap.events import EpochEnded, Event, IteratorCreated
+from loaderdoctor.tap.iterator import is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
 from loaderdoctor.watch.rankceilings import JobStore, job_ceiling_finding, job_store
 from loaderdoctor.watch.recorder import RunRecorder, sampler_epoch

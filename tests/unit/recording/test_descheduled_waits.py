@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.record import Recording, data_wait_s, wait_fraction
 from loaderdoctor.rules.throughput import input_bound, worker_respawn
-from loaderdoctor.tap.iterator import BatchDelivered, Tap
+from loaderdoctor.tap.events import BatchDelivered
+from loaderdoctor.tap.iterator import Tap
 from loaderdoctor.workers.poller import thread_run_delay_s
 
 counted = pytest.mark.skipif(

@@ -7,7 +7,7 @@ from recordings import make_recording
 
 from loaderdoctor.recording.epochbook import EpochBook
 from loaderdoctor.recording.record import startup_batches, steady_batches
-from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, IteratorCreated
+from loaderdoctor.tap.events import BatchDelivered, BatchFailed, IteratorCreated
 
 
 class Clock:

@@ -22,7 +22,8 @@ from loaderdoctor.tap.ceiling import (
     Turn,
     turn_plan,
 )
-from loaderdoctor.tap.iterator import BatchDelivered, DataFreeBatch, Tap
+from loaderdoctor.tap.events import BatchDelivered, DataFreeBatch
+from loaderdoctor.tap.iterator import Tap
 from loaderdoctor.tap.turnsiterator import TurnsIterator
 
 

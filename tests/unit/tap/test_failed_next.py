@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from torch.utils.data import DataLoader
 
-from loaderdoctor.tap.iterator import BatchFailed, Tap
+from loaderdoctor.tap.events import BatchFailed
+from loaderdoctor.tap.iterator import Tap
 
 DEATH = "DataLoader worker (pid 1715) is killed by signal: Segmentation fault."
 

@@ -10,8 +10,9 @@ from loaderdoctor.loader.facts import LoaderFacts
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.rules import diagnose
 from loaderdoctor.tap import iterator as tap_module
+from loaderdoctor.tap.events import BatchDelivered, EpochEnded, Event, IteratorCreated
 from loaderdoctor.tap.fingerprints import EpochTally, sample_fingerprints
-from loaderdoctor.tap.iterator import BatchDelivered, EpochEnded, Event, IteratorCreated, Tap
+from loaderdoctor.tap.iterator import Tap
 from loaderdoctor.watch.recorder import RunRecorder
 from shared_datasets import Stream
 

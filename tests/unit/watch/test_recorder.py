@@ -12,7 +12,7 @@ from loaderdoctor.plain.words import duration, money
 from loaderdoctor.recording.rates import delivered_batches, training_rate
 from loaderdoctor.recording.record import wait_fraction
 from loaderdoctor.rules import diagnose
-from loaderdoctor.tap.iterator import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated
+from loaderdoctor.tap.events import BatchDelivered, BatchFailed, EpochEnded, IteratorCreated
 from loaderdoctor.watch.progress import Progress, epoch_line, eta_s, progress_line
 from loaderdoctor.watch.recorder import RunRecorder
 

@@ -27,7 +27,7 @@ from loaderdoctor.recording.record import IteratorFacts
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.rules import diagnose
 from loaderdoctor.rules.finding import Finding
-from loaderdoctor.tap.iterator import (
+from loaderdoctor.tap.events import (
     BatchDelivered,
     BatchFailed,
     EpochEnded,
