@@ -170,5 +170,5 @@ def test_a_rank_that_cannot_be_started_ends_the_launch_cleanly(tmp_path):
     assert "ended by a failure to start the ranks (BlockingIOError: [Errno 11] Resource temporarily unavailable)" in (
         said
     ), stderr
-    assert "rank 1 could not be watched: it wrote nothing of what it measured" in said, stderr
+    assert "rank 1 could not be watched: it sent nothing of what it measured" in said, stderr
     assert "Traceback" not in stderr, stderr

@@ -339,13 +339,13 @@ def test_a_run_report_keeps_the_processes_it_could_not_watch():
     report.command = "run"
     report.unwatched = [
         UnwatchedProcess(4242, 1, "it ended before writing what it measured"),
-        UnwatchedProcess(None, 2, "it wrote nothing of what it measured"),
+        UnwatchedProcess(None, 2, "it sent nothing of what it measured"),
         UnwatchedProcess(77, None, "it registered and still runs", "python eval.py"),
     ]
     loaded = _loaded(report)
     assert loaded.unwatched == report.unwatched
     assert [p.words() for p in loaded.unwatched] == [
         "rank 1 (pid 4242) could not be watched: it ended before writing what it measured",
-        "rank 2 could not be watched: it wrote nothing of what it measured",
+        "rank 2 could not be watched: it sent nothing of what it measured",
         "process 77 (python eval.py) could not be watched: it registered and still runs",
     ]

@@ -9,8 +9,9 @@ import argparse
 import contextlib
 import functools
 import os
+import signal
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -22,6 +23,7 @@ from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.history.keep import keep_loader_run
 from loaderdoctor.job.joining import JobRun, disarm_inherited, run_job
 from loaderdoctor.job.loaders import EveryLoader
+from loaderdoctor.job.meeting import DEFAULT_TIMEOUT_S, MeetingStopped
 from loaderdoctor.job.ranks import CEILING_ENV, RanksRun, ceiling_env, run_ranks
 from loaderdoctor.job.script import Script, ScriptRun, presses_of_ctrl_c
 from loaderdoctor.render import html
@@ -72,6 +74,9 @@ def prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     nodes.add_argument("--node-rank", type=count("as a node rank", minimum=0), default=0, metavar="K",
                        help="this node's rank, 0..N-1")  # fmt: skip
     nodes.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="node 0's address")
+    nodes.add_argument("--rdzv-timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                       help="how long the nodes wait for each other before the job gives up (default "
+                       f"{DEFAULT_TIMEOUT_S:g})")  # fmt: skip
     parser.add_argument("-m", dest="module", default=None, metavar="MODULE", help="run a module, as python -m does")
     parser.add_argument("script_and_args", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]")
 
@@ -120,7 +125,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             CEILING_ENV, ceiling_env(args.ceiling, args.ceiling_only)
         ):  # the job's processes and ranks inherit it
             if topology.world_size > 1:
-                result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name)
+                try:
+                    result: ScriptRun = run_ranks(script, topology, guarded=args.guard, name=args.name,
+                                                  rdzv_timeout_s=args.rdzv_timeout, say=_say(err))  # fmt: skip
+                except MeetingStopped as stopped:
+                    err.print(f"loaderdoctor run: stopped by {_STOPS.get(stopped.signum, str(stopped))} while "
+                              "the nodes waited for each other; no rank started", markup=False)  # fmt: skip
+                    return 128 + stopped.signum
             else:  # the processes the script starts (Lightning's ranks, mp.spawn's, torchrun's) watch their own
                 every = EveryLoader(
                     guarded=args.guard, name=args.name, ceiling=args.ceiling, ceiling_only=args.ceiling_only
@@ -133,6 +144,31 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             warnings.warn(f"loaderdoctor run could not summarize the run: {type(error).__name__}: {error}",
                           LoaderDoctorWarning, stacklevel=1)  # fmt: skip
     return result.exit_status
+
+
+_STOPS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+
+
+def _say(err: Console) -> Callable[[str], None]:
+    """A line of `run` on stderr, as it happens."""
+    return lambda text: err.print(f"loaderdoctor run: {text}", markup=False, highlight=False)
+
+
+def _silent_why(how: str | None) -> str:
+    """Why a rank is in the report without its loaders."""
+    if how is None:
+        return "it sent nothing of what it measured: ended before sending it, or never started"
+    return f"it sent nothing of what it measured: it {how}"
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"takes a number of seconds above 0, not {text!r}")
+    return value
 
 
 def _ceiling_steps(text: str) -> int:
@@ -172,13 +208,21 @@ def _script(args: argparse.Namespace) -> Script:
 
 def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err: Console) -> None:
     """The summary on stderr, the runs kept in the history, the --json and --html files, the --log-to trackers."""
+    if isinstance(result, RanksRun) and result.diagnosed_on is not None:
+        err.print()
+        err.print(f"loaderdoctor run: the job's diagnosis (every rank of every node) is printed on node 0 "
+                  f"({result.diagnosed_on}); this node's ranks ended with exit status {result.exit_status}"
+                  + (f", by {result.ended_by}" if result.ended_by else ""), markup=False)  # fmt: skip
+        if args.json is not None or args.html is not None:
+            err.print("loaderdoctor run: --json and --html are written on node 0", markup=False)
+        return
     if not args.no_history:
         for loader in result.loaders:
             keep_loader_run(NAME, loader.report, loader.started_at, loader.host, script.words())
     unwatched = list(result.unwatched) if isinstance(result, JobRun) else []
     if isinstance(result, RanksRun):
-        why = "it wrote nothing of what it measured: ended before writing it, or never started"
-        unwatched += [UnwatchedProcess(None, rank, why) for rank in result.silent_ranks]
+        unwatched += [UnwatchedProcess(None, rank, _silent_why(result.rank_ends.get(rank)))
+                      for rank in result.silent_ranks]  # fmt: skip
     loaders = {run.report.name: run.report for run in result.loaders}
     report = as_saved(Report(script.words(), loaders, NAME, unwatched))
     err.print()
@@ -188,6 +232,11 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
         render_console(report, err)
     for process in report.unwatched:
         err.print(f"loaderdoctor run: {process.words()}", markup=False)
+    if isinstance(result, RanksRun):
+        for node_end in result.node_ends:
+            err.print(f"loaderdoctor run: {node_end.words()}", markup=False)
+        for problem in result.problems:
+            err.print(f"loaderdoctor run: {problem}", markup=False)
     if result.ended_by is not None:
         err.print(f"loaderdoctor run: the script was ended by {result.ended_by}; the diagnosis covers what it "
                   f"measured until then (exit status {result.exit_status})", markup=False)  # fmt: skip

@@ -3,6 +3,6 @@ launcher starts it (job/ranks.py). Nothing imports this module, so that runpy ru
 
 import sys
 
-from loaderdoctor.job.ranks import rank_main
+from loaderdoctor.job.onerank import rank_main
 
 sys.exit(rank_main(sys.argv[1:]))

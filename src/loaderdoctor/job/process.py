@@ -16,14 +16,8 @@ from typing import Any
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.job.hook import RESULT_FILE, rank_from_environment
-from loaderdoctor.job.ranks import (
-    GUARD_ENV,
-    NAME_ENV,
-    _RankLoaders,
-    ceiling_from_env,
-    ceiling_only_from_env,
-    write_runs,
-)
+from loaderdoctor.job.onerank import _RankLoaders
+from loaderdoctor.job.ranks import GUARD_ENV, NAME_ENV, ceiling_from_env, ceiling_only_from_env, write_runs
 from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_thread
 
 Register = Callable[[int | None], None]

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,10 @@ from typing import Any
 import psutil
 
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
-from loaderdoctor.job.loaders import EveryLoader, LoaderRun
-from loaderdoctor.job.script import INTERRUPTED_STATUS, Script, ScriptRun, presses_of_ctrl_c, run_script
+from loaderdoctor.job.gathering import NodeEnd, gather, runs_from_text, runs_text, tell_end
+from loaderdoctor.job.loaders import LoaderRun
+from loaderdoctor.job.meeting import DEFAULT_TIMEOUT_S, STORE_ENV, Heartbeat, meet
+from loaderdoctor.job.script import Script, ScriptRun
 from loaderdoctor.loader.ddp import DdpPlan, ddp_plan
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules import order
@@ -33,11 +35,8 @@ from loaderdoctor.scale.launch import free_port, signal_session
 from loaderdoctor.scale.order import Topology, endpoint_parts, static_launch_config
 from loaderdoctor.tap.signals import (
     PRESS_BURST_S,
-    SignalRaises,
-    child_deaths_quiet,
     in_main_thread,
     note_stop,
-    release_interrupt,
 )
 
 # What the ranks read from their environment: where to write, and whether to guard.
@@ -52,6 +51,9 @@ RANK_MODULE = "loaderdoctor.job"
 CEILING_ENV = "LOADERDOCTOR_RUN_CEILING"
 # After a rank fails, or a signal came, how long the ranks get to end (and write what they measured) before SIGKILL.
 SHUTDOWN_TIMEOUT_S = 30
+# When another node is lost, how long this node's ranks get: they are mostly stuck in a collective with it, where
+# no signal handler runs.
+LOST_GRACE_S = 5.0
 RENDEZVOUS_TIMEOUT_S = 900
 # Where torch's launcher says which signals it turns into its SignalException.
 TORCH_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
@@ -60,29 +62,45 @@ _SAID = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
 
 @dataclass
 class RanksRun(ScriptRun):
-    """A run of ranks: how it ended, the loaders of this node's ranks, and the ranks of this node that wrote
-    nothing (they ended before they could, or never started)."""
+    """A run of ranks: how it ended, the loaders of every rank of the job (on node 0; none on the other nodes,
+    which say where the job's diagnosis is: `diagnosed_on`), the ranks that sent nothing (they ended before they
+    could, or never started), how the other nodes ended, and what could not be read."""
 
     silent_ranks: list[int] = field(default_factory=list)
+    diagnosed_on: str | None = None  # on a node other than 0: node 0's host, where the diagnosis is printed
+    node_ends: list[NodeEnd] = field(default_factory=list)
+    rank_ends: dict[int, str] = field(default_factory=dict)  # rank -> how it ended, when not by itself
+    problems: list[str] = field(default_factory=list)
 
 
-def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | None = None) -> RanksRun:
-    """Run `script` in `topology.ranks` ranks on this node; its exit status (128 + the signal that ended it, else
-    the rank that failed first's, else 0) and the loaders of this node's ranks, with rank-straggler added to the
-    straggling rank's loader. Every rank has ended when it returns."""
+def run_ranks(
+    script: Script,
+    topology: Topology,
+    *,
+    guarded: bool,
+    name: str | None = None,
+    rdzv_timeout_s: float = DEFAULT_TIMEOUT_S,
+    say: Callable[[str], None] = lambda text: None,
+) -> RanksRun:
+    """Run `script` in `topology.ranks` ranks on this node, once every node of the job met (job/meeting.py: said,
+    stoppable, bounded; NodesDidNotMeet or MeetingStopped); its exit status (128 + the signal that ended it, else
+    the rank that failed first's, else 0). On node 0 the loaders of every rank of the job, once every node ended
+    (or was lost), with rank-straggler and the job's findings added; elsewhere none, and node 0's host. Every rank
+    of this node has ended when it returns."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    work = Path(make_private_folder("loaderdoctor-run-"))
     if topology.rdzv_endpoint is None:
-        endpoint = f"127.0.0.1:{free_port()}"
+        host, port = "127.0.0.1", free_port()
     else:
         host, port = endpoint_parts(topology.rdzv_endpoint)
-        endpoint = f"{host}:{port}"
+    meeting = meet(host, port, node_rank=topology.node_rank, nnodes=topology.nnodes, timeout_s=rdzv_timeout_s,
+                   say=say)  # fmt: skip
+    work = Path(make_private_folder("loaderdoctor-run-"))
     config = static_launch_config(
         topology,
-        endpoint=endpoint,
+        endpoint=meeting.endpoint,
         run_id="loaderdoctor-run",
         log_dir=str(work / "logs"),
         rendezvous_timeout_s=RENDEZVOUS_TIMEOUT_S,
@@ -90,7 +108,8 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
         keep_output=False,  # the script's output goes where torchrun's would
     )
     config = dataclasses.replace(config, signals_to_handle="SIGHUP,SIGQUIT")  # SIGTERM and SIGINT: RankEnds
-    environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or ""}
+    environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or "",
+               STORE_ENV: meeting.endpoint}  # fmt: skip
     if topology.ranks > 1:
         environ.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # as torchrun sets it
     # The launcher sets TORCHELASTIC_SIGNALS_TO_HANDLE for the signals it handles: put back afterwards too.
@@ -104,7 +123,9 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
     for logger in quiet:
         logger.setLevel(logging.ERROR)  # the launcher's own chatter; a rank's failure comes back as its status
     status, ended_by = 0, None
+    rank_ends: dict[int, str] = {}
     ends = RankEnds(SHUTDOWN_TIMEOUT_S)
+    heartbeat = Heartbeat(meeting, lambda node, seconds: ends.end_now(LOST_GRACE_S)).__enter__()
     try:
         with ends:
             elastic_launch(config, sys.executable)("-m", RANK_MODULE, *script.argv())
@@ -112,6 +133,7 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
         failed_rank, first = _first_failure(error.failures)
         status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
         ended_by = f"rank {failed_rank} failing"
+        rank_ends = {rank: _how(failure.exitcode) for rank, failure in error.failures.items()}
     except SignalException as error:  # SIGHUP or SIGQUIT, by torch's launcher; SIGTERM and SIGINT by RankEnds
         status, ended_by = 128 + int(error.sigval), signal.Signals(error.sigval).name
     except OSError as error:  # a rank could not be started (no fork: too many processes, no memory)
@@ -124,13 +146,49 @@ def run_ranks(script: Script, topology: Topology, *, guarded: bool, name: str | 
                 os.environ.pop(variable, None)
             else:
                 os.environ[variable] = value
-        loaders, hosts = _written(work)
-        remove_folder(work)
     if ends.received is not None:  # whatever the ranks' statuses: the script was ended by the signal
         status, ended_by = 128 + ends.received, _SAID[ends.received]
+    if heartbeat.lost_node is not None:
+        lost = heartbeat.lost_node
+        status, ended_by = 1, f"node {lost} ({meeting.host(lost)}) being lost: its heartbeat stopped"
     first = topology.node_rank * topology.ranks
-    silent = [rank for rank in range(first, first + topology.ranks) if rank not in loaders]
-    return RanksRun(status, joined(loaders, hosts, topology.world_size), ended_by, silent)
+    mine = range(first, first + topology.ranks)
+    try:
+        if topology.node_rank != 0:
+            if heartbeat.lost_node is None:
+                end = NodeEnd(topology.node_rank, socket.gethostname(), status, ended_by,
+                              {str(rank): how for rank, how in rank_ends.items()})  # fmt: skip
+                tell_end(meeting, end)
+                return RanksRun(status, [], ended_by, diagnosed_on=meeting.host(0), rank_ends=rank_ends)
+            loaders, hosts = _written(work)  # node 0 is gone: this node's own ranks, as they wrote them
+            silent = [rank for rank in mine if rank not in loaders]
+            return RanksRun(status, joined(loaders, hosts, topology.world_size), ended_by, silent,
+                            rank_ends=rank_ends)  # fmt: skip
+        loaders, hosts, node_ends, problems = gather(meeting, heartbeat, topology.world_size, say=say)
+        for rank, runs in _written(work)[0].items():  # a rank of this node that could not reach the store
+            loaders.setdefault(rank, runs)
+        for node_end in node_ends:
+            rank_ends.update({int(rank): how for rank, how in node_end.rank_ends.items() if rank.isdigit()})
+            if node_end.lost_after_s is not None and ends.received is None:
+                # what this node's ranks died of, when they failed: their collectives with the lost node broke
+                status, ended_by = 1, f"node {node_end.node} ({node_end.host}) being lost"
+            elif status == 0 and node_end.exit_status != 0:
+                status, ended_by = node_end.exit_status, node_end.ended_by or f"node {node_end.node} failing"
+        silent = [rank for rank in range(topology.world_size) if rank not in loaders]
+        joined_runs = joined(loaders, hosts, topology.world_size)
+        return RanksRun(status, joined_runs, ended_by, silent, None, node_ends, rank_ends, problems)
+    finally:
+        heartbeat.__exit__()
+        remove_folder(work)
+
+
+def _how(exitcode: int) -> str:
+    """How a rank ended, in words, from its exit code as torch's launcher has it (-N: signal N)."""
+    if exitcode < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        return f"was killed by signal {-exitcode}"
+    return f"ended with exit status {exitcode}"
 
 
 class RankEnds:
@@ -193,6 +251,12 @@ class RankEnds:
         if self._launching:
             raise self._exception(f"loaderdoctor run got {signal.Signals(signum).name}", signal.Signals(signum))
 
+    def end_now(self, grace_s: float) -> None:
+        """End this node's ranks from another thread (another node was lost): SIGTERM to each rank, the sessions
+        of those still running `grace_s` later killed; the launch then ends with their failures."""
+        self.grace_s = grace_s
+        self._end(signal.SIGTERM)
+
     def _end(self, signum: int) -> None:
         """`signum` to each rank's own process; the sessions of those still running `grace_s` later killed."""
         ranks = self._ranks()
@@ -238,17 +302,15 @@ def _written(work: Path) -> tuple[dict[int, list[LoaderRun]], dict[int, str]]:
 def write_runs(out: Path, runs: list[LoaderRun], **fields: Any) -> None:
     """What a process measured (its loaders), with `fields` (its rank, its host...), written to `out` whole or not
     at all, for the process that launched it to read (read_runs). OSError or ValueError when it cannot be."""
-    written = {**fields, "loaders": [run.to_dict() for run in runs]}
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(written))
+    tmp.write_text(runs_text(runs, **fields))
     tmp.replace(out)
 
 
 def read_runs(path: Path) -> tuple[dict[str, Any], list[LoaderRun]]:
     """The fields and the loaders that write_runs wrote to `path` (OSError, ValueError, KeyError or TypeError when
     they cannot be read)."""
-    data = json.loads(path.read_text())
-    return data, [LoaderRun.from_dict(item) for item in data.pop("loaders")]
+    return runs_from_text(path.read_text())
 
 
 def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
@@ -286,33 +348,6 @@ def _plan(rec: Recording, world_size: int) -> DdpPlan | None:
                     sampler_drop_last=rec.sampler_drop_last)  # fmt: skip
 
 
-def rank_main(argv: list[str]) -> int:
-    """One rank: the script run with its loaders watched, what they measured written for the launching node. A
-    Ctrl-C (the launcher's, passed on) while the rank still imported ends it before its script starts (130,
-    nothing to write)."""
-    if release_interrupt():
-        return INTERRUPTED_STATUS
-    with presses_of_ctrl_c() as presses:
-        return _run_rank(argv, presses)
-
-
-def _run_rank(argv: list[str], presses: SignalRaises) -> int:
-    module = bool(argv) and argv[0] == "-m"
-    rest = argv[1:] if module else argv
-    script = Script(rest[0], tuple(rest[1:]), module=module)
-    rank = int(os.environ["RANK"])  # the launcher's; run_ranks launches only for a world of 2 ranks or more
-    every = _RankLoaders(
-        name=os.environ.get(NAME_ENV) or None,
-        rank=rank,
-        guarded=bool(os.environ.get(GUARD_ENV)),
-        ceiling=ceiling_from_env(),
-        ceiling_only=ceiling_only_from_env(),
-    )
-    run = run_script(script, every, presses)
-    with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
-        return _write_rank_run(run, rank)
-
-
 def ceiling_env(ceiling: bool | int, only: bool = False) -> str:
     """run's --ceiling (and --ceiling-only, as "stop:") as CEILING_ENV carries it to the processes of the job."""
     value = "" if ceiling is False else "default" if ceiling is True else str(ceiling)
@@ -328,29 +363,3 @@ def ceiling_from_env() -> bool | int:
 def ceiling_only_from_env() -> bool:
     """Whether the run that started this process stops once the ceiling is measured (--ceiling-only)."""
     return os.environ.get(CEILING_ENV, "").startswith("stop:")
-
-
-def _write_rank_run(run: ScriptRun, rank: int) -> int:
-    """What the rank measured, written for the launching node; the rank's exit status."""
-    out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
-    try:
-        write_runs(out, run.loaders, rank=rank, host=socket.gethostname())
-    except (OSError, ValueError) as error:
-        print(f"loaderdoctor run: rank {rank} could not write what it measured: {error}", file=sys.stderr)
-    return run.exit_status
-
-
-class _RankLoaders(EveryLoader):
-    """A rank's loaders. Once its script has ended, SIGTERM and SIGINT no longer cut the rank short: the launcher
-    sends SIGTERM to every rank when one fails, and a rank closing its watches or writing what they measured
-    would lose it all; the rank ends right after anyway."""
-
-    def close(self) -> list[LoaderRun]:
-        if in_main_thread():
-            for signum in RankEnds.SIGNALS:
-                signal.signal(signum, _noted)
-        return super().close()
-
-
-def _noted(signum: int, frame: Any) -> None:
-    """A signal that comes while a rank ends: it ends anyway."""

@@ -1,0 +1,90 @@
+"""One rank of `run --nproc-per-node`/`--nnodes`, as torch's launcher starts it (`python -m loaderdoctor.job`:
+job/__main__.py): the script run with its loaders watched, and what they measured sent to node 0 through the job's
+store (job/meeting.py), or, when that store cannot be reached, written to a file of this node's run folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from loaderdoctor.job.gathering import rank_key, runs_text
+from loaderdoctor.job.loaders import EveryLoader, LoaderRun
+from loaderdoctor.job.meeting import STORE_ENV, store_client
+from loaderdoctor.job.ranks import (
+    GUARD_ENV,
+    NAME_ENV,
+    RUN_DIR_ENV,
+    RankEnds,
+    ceiling_from_env,
+    ceiling_only_from_env,
+    write_runs,
+)
+from loaderdoctor.job.script import INTERRUPTED_STATUS, Script, ScriptRun, presses_of_ctrl_c, run_script
+from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_thread, release_interrupt
+
+
+def rank_main(argv: list[str]) -> int:
+    """One rank: the script run with its loaders watched, what they measured written for the launching node. A
+    Ctrl-C (the launcher's, passed on) while the rank still imported ends it before its script starts (130,
+    nothing to write)."""
+    if release_interrupt():
+        return INTERRUPTED_STATUS
+    with presses_of_ctrl_c() as presses:
+        return _run_rank(argv, presses)
+
+
+def _run_rank(argv: list[str], presses: SignalRaises) -> int:
+    module = bool(argv) and argv[0] == "-m"
+    rest = argv[1:] if module else argv
+    script = Script(rest[0], tuple(rest[1:]), module=module)
+    rank = int(os.environ["RANK"])  # the launcher's; run_ranks launches only for a world of 2 ranks or more
+    every = _RankLoaders(
+        name=os.environ.get(NAME_ENV) or None,
+        rank=rank,
+        guarded=bool(os.environ.get(GUARD_ENV)),
+        ceiling=ceiling_from_env(),
+        ceiling_only=ceiling_only_from_env(),
+    )
+    run = run_script(script, every, presses)
+    with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
+        return _write_rank_run(run, rank)
+
+
+def _write_rank_run(run: ScriptRun, rank: int) -> int:
+    """What the rank measured, sent to node 0 through the job's store (a file of this node's run folder when the
+    store cannot be reached: node 0 gone); the rank's exit status."""
+    fields = {"rank": rank, "host": socket.gethostname()}
+    try:
+        store_client(os.environ[STORE_ENV]).set(rank_key(rank), runs_text(run.loaders, **fields))
+        return run.exit_status
+    except Exception as error:  # the store's errors (their classes differ between torch versions), or no store
+        sent = f"{type(error).__name__}: {error}"
+    out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
+    try:
+        write_runs(out, run.loaders, **fields)
+        print(f"loaderdoctor run: rank {rank} could not send what it measured to node 0 ({sent}); written on "
+              "this node", file=sys.stderr)  # fmt: skip
+    except (OSError, ValueError) as error:
+        print(f"loaderdoctor run: rank {rank} could not send what it measured to node 0 ({sent}) nor write it "
+              f"({error})", file=sys.stderr)  # fmt: skip
+    return run.exit_status
+
+
+class _RankLoaders(EveryLoader):
+    """A rank's loaders. Once its script has ended, SIGTERM and SIGINT no longer cut the rank short: the launcher
+    sends SIGTERM to every rank when one fails, and a rank closing its watches or writing what they measured
+    would lose it all; the rank ends right after anyway."""
+
+    def close(self) -> list[LoaderRun]:
+        if in_main_thread():
+            for signum in RankEnds.SIGNALS:
+                signal.signal(signum, _noted)
+        return super().close()
+
+
+def _noted(signum: int, frame: Any) -> None:
+    """A signal that comes while a rank ends: it ends anyway."""

@@ -1,0 +1,188 @@
+"""`loaderdoctor run` on two real nodes: two network namespaces joined by a veth pair, each with its own hostname
+and address (twonodes.py), gloo over the veth, a plain DDP script. The job is diagnosed once, on node 0; a node that
+never joins is said and stoppable; a node that dies or is cut off ends the job in bounded time, saying so."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from twonodes import Node, cut_link, kill_node, left_in, skip_reason, two_nodes
+
+pytestmark = [
+    pytest.mark.workers,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(skip_reason() is not None, reason=f"two nodes cannot be made here: {skip_reason()}"),
+]
+
+PORT = 29520
+# A DDP step on a map-style dataset: every sample of node SLOW_NODE takes 12 ms to load (storage that is slower
+# there), one worker per rank; the step all-reduces, so every rank waits for the slowest. MARK_FILE is written
+# once the first epoch is over; EPOCHS epochs in all.
+SCRIPT = """\
+import os, time, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+class Samples(Dataset):
+    def __len__(self):
+        return 256
+    def __getitem__(self, index):
+        if os.environ.get("SLOW_NODE") == os.environ["GROUP_RANK"]:
+            time.sleep(0.012)
+        return torch.full((4,), float(index))
+
+dist.init_process_group("gloo")
+split = not os.environ.get("NO_SPLIT")
+loader = DataLoader(Samples(), batch_size=8, num_workers=1, sampler=DistributedSampler(Samples()) if split else None)
+for epoch in range(int(os.environ.get("EPOCHS", "3"))):
+    if split:
+        loader.sampler.set_epoch(epoch)
+    for batch in loader:
+        total = batch.sum()
+        dist.all_reduce(total)
+        time.sleep(0.005)
+    if epoch == 0 and os.environ.get("MARK_FILE") and dist.get_rank() == 0:
+        open(os.environ["MARK_FILE"], "w").close()
+dist.destroy_process_group()
+"""
+
+
+def _run(node: Node, rank: int, nodes: tuple[Node, Node], tmp_path: Path, *extra: str, nproc: int = 1,
+         env: dict[str, str] | None = None) -> subprocess.Popen:  # fmt: skip
+    argv = [sys.executable, "-m", "loaderdoctor", "run", "--nnodes", "2", "--node-rank", str(rank),
+            "--nproc-per-node", str(nproc), "--rdzv-endpoint", f"{nodes[0].address}:{PORT}", "--no-history", *extra,
+            "train.py"]  # fmt: skip
+    return subprocess.Popen(
+        node.command(argv), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def _ended(process: subprocess.Popen, timeout_s: float) -> tuple[int, str]:
+    """The process's exit status and stderr, once it ended (its session killed after `timeout_s`: a failure)."""
+    try:
+        _, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        pytest.fail(f"still running after {timeout_s} s:\n{stderr}")
+    return process.returncode, stderr
+
+
+def _left_in(process: subprocess.Popen) -> bool:
+    """Whether a process of its session is still alive (after a grace), killed if so."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(10)  # reaped: a killed process stays a zombie of this one until then
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return True
+
+
+def _words(text: str) -> str:
+    return " ".join(line for line in text.split() if not line.startswith("[W"))
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_slow_node_is_named_once_on_node_0_with_all_its_ranks(tmp_path, nproc):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    with two_nodes() as nodes:
+        env = {"SLOW_NODE": "1", "EPOCHS": "2"}
+        processes = [_run(node, rank, nodes, tmp_path, "--json", f"node{rank}.json", nproc=nproc, env=env)
+                     for rank, node in enumerate(nodes)]  # fmt: skip
+        (status0, said0), (status1, said1) = (_ended(process, 120) for process in processes)
+    assert (status0, status1) == (0, 0), said0 + said1  # the script's own status, on every node
+    words0, words1 = _words(said0), _words(said1)
+    assert f"the job's diagnosis (every rank of every node) is printed on node 0 ({nodes[0].hostname})" in words1
+    assert "rank-straggler" not in said1 and not (tmp_path / "node1.json").exists()
+    report = json.loads((tmp_path / "node0.json").read_text())
+    assert sorted(report["loaders"]) == [f"train.py:15/rank{rank}" for rank in range(2 * nproc)]  # the whole job
+    found = [f for loader in report["loaders"].values() for f in loader["findings"] if f["rule"] == "rank-straggler"]
+    assert len(found) == 1, words0
+    straggler = found[0]["evidence"]
+    slow = list(range(nproc, 2 * nproc))  # node 1's ranks
+    assert straggler["rank"] in slow and straggler["host"] == nodes[1].hostname, straggler
+    assert sorted(straggler["ranks"]) == slow and straggler["hosts"] == [nodes[1].hostname], straggler
+    assert f"node 1 ({nodes[1].hostname}) ended with exit status 0" in words0
+
+
+def test_a_node_that_never_joins_is_said_and_ends_the_job_after_its_timeout(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    with two_nodes() as nodes:
+        started = time.monotonic()
+        status, said = _ended(_run(nodes[0], 0, nodes, tmp_path, "--rdzv-timeout", "12"), 60)
+        took = time.monotonic() - started
+    words = _words(said)
+    assert status == 1, said
+    assert f"waiting for 1 more node (node 1) at {nodes[0].address}:{PORT}, 5 s" in words, said
+    assert f"node 1 did not join the job at {nodes[0].address}:{PORT} within 12 s" in words, said
+    assert took < 40, took
+
+
+@pytest.mark.parametrize(("signum", "group", "rank"), [(signal.SIGTERM, False, 0), (signal.SIGTERM, True, 1),
+                                                       (signal.SIGINT, True, 0)])  # fmt: skip
+def test_a_signal_ends_the_wait_for_the_other_node_at_once(tmp_path, signum, group, rank):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    with two_nodes() as nodes:
+        process = _run(nodes[rank], rank, nodes, tmp_path)
+        time.sleep(6)  # waiting by now (the command imports torch first)
+        sent = time.monotonic()
+        if group:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        status, said = _ended(process, 30)
+        took = time.monotonic() - sent
+        assert not _left_in(process) and left_in(nodes[rank]) == []
+    assert status == 128 + signum, said
+    assert took < 5, took
+    assert "while the nodes waited for each other; no rank started" in _words(said), said
+    assert "Traceback" not in said, said
+
+
+@pytest.mark.parametrize("how", ["killed", "cut off"])
+def test_a_node_that_dies_or_is_cut_off_ends_the_job_in_bounded_time_saying_so(tmp_path, how):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    mark = tmp_path / "first-epoch-over"
+    with two_nodes() as nodes:
+        env = {"EPOCHS": "100000", "MARK_FILE": str(mark)}
+        processes = [_run(node, rank, nodes, tmp_path, env=env) for rank, node in enumerate(nodes)]
+        deadline = time.monotonic() + 60
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert mark.exists(), "the job never finished its first epoch"
+        time.sleep(1)
+        lost_at = time.monotonic()
+        if how == "killed":
+            kill_node(nodes[1])
+        else:
+            cut_link(nodes[1])
+        status0, said0 = _ended(processes[0], 90)
+        took = time.monotonic() - lost_at
+        if how == "cut off":
+            status1, said1 = _ended(processes[1], 90)
+            assert status1 == 1, said1
+            assert "node 0" in _words(said1) and "lost" in _words(said1), said1
+        for process in processes:
+            assert not _left_in(process)
+        assert left_in(nodes[0]) == [] and left_in(nodes[1]) == []
+    words0 = _words(said0)
+    assert status0 == 1, said0
+    assert took < 60, took
+    assert f"node 1 ({nodes[1].hostname}) was lost" in words0, said0
+    assert f"ended by node 1 ({nodes[1].hostname}) being lost" in words0, said0
