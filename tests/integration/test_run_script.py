@@ -220,7 +220,8 @@ def test_two_gloo_ranks_name_the_rank_that_reads_slow_storage(tmp_path):
     assert sorted(report["loaders"]) == [f"{site}/rank0", f"{site}/rank1"]
     slow = report["loaders"][f"{site}/rank1"]["findings"]
     straggler = next(f for f in slow if f["rule"] == "rank-straggler")
-    assert straggler["evidence"]["rank"] == 1 and straggler["title"].startswith("rank 1 waits")
+    assert straggler["evidence"]["rank"] == 1 and straggler["title"].startswith("rank 1 on ")
+    assert straggler["evidence"]["ranks"] == [1] and straggler["evidence"]["hosts"] == [straggler["evidence"]["host"]]
     assert not [f for f in report["loaders"][f"{site}/rank0"]["findings"] if f["rule"] == "rank-straggler"]
     assert "rank-straggler" in result.stderr
     plan = report["loaders"][f"{site}/rank0"]["plan"]

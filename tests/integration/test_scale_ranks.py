@@ -107,7 +107,8 @@ def test_the_rank_that_loads_from_slow_storage_is_named_a_straggler():
     assert straggler is not None, [(f.rule, f.title) for f in loader.findings]
     assert straggler.evidence["rank"] == 1 and straggler.evidence["wait_ms"] >= 60
     assert straggler.evidence["others_median_wait_ms"] < straggler.evidence["wait_ms"] / 3
-    assert straggler.title.startswith("rank 1 waits ") and "the others wait for rank 1" in straggler.title
+    assert straggler.title.startswith("rank 1 on ") and "the other ranks wait for it" in straggler.title
+    assert straggler.evidence["ranks"] == [1] and 0 < straggler.evidence["share_of_others_step"] <= 1
 
 
 def test_ranks_that_take_different_numbers_of_steps_are_named():

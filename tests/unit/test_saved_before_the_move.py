@@ -45,6 +45,11 @@ ADDED_SINCE = {
     "unwatched": [],  # a run's processes that could not be watched
     "restarts": 0,  # an epoch's: iterators a guard started again within it
     "after_restart": False,  # a batch's: one of the first after such a restart
+    "sampler": "",  # a watched loader's sampler, and what its first epoch drew (run's ranks compare them)
+    "sampler_distributed": None,
+    "samples_per_epoch": None,
+    "drawn_indices": None,
+    "drawn_fingerprints": [],
 }
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 DERIVED_SINCE = {"batches_per_s_range"}

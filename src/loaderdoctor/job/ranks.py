@@ -30,6 +30,7 @@ from loaderdoctor.loader.ddp import DdpPlan, ddp_plan
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.rules import order
 from loaderdoctor.rules.ceiling import job_ceiling
+from loaderdoctor.rules.distributed import distributed_sampler, recorded_facts
 from loaderdoctor.rules.straggler import rank_straggler
 from loaderdoctor.scale.launch import free_port, signal_session
 from loaderdoctor.scale.order import Topology, endpoint_parts, static_launch_config
@@ -315,8 +316,9 @@ def read_runs(path: Path) -> tuple[dict[str, Any], list[LoaderRun]]:
 
 def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_size: int) -> list[LoaderRun]:
     """Each rank's loaders, in rank order, with, for each loader made at one place in every rank
-    ("train.py:41/rank0", "train.py:41/rank1"...), rank-straggler added to the straggling rank's loader when there
-    is one, and on the lowest rank's loader the job's ceiling (`--ceiling`) and the DDP plan when it draws from a
+    ("train.py:41/rank0", "train.py:41/rank1"...), rank-straggler added to the slowest straggling rank's loader
+    when there is one, and on the lowest rank's loader distributed-sampler when the ranks do not split the samples
+    (or take different numbers of steps), the job's ceiling (`--ceiling`) and the DDP plan when it draws from a
     DistributedSampler."""
     by_site: dict[str, dict[int, LoaderRun]] = {}
     for rank, runs in sorted(loaders.items()):
@@ -332,6 +334,9 @@ def joined(loaders: dict[int, list[LoaderRun]], hosts: dict[int, str], world_siz
             slow = ranks[int(finding.evidence["rank"])].report
             slow.findings = order([*slow.findings, finding])
         first = ranks[min(ranks)].report
+        facts = {rank: f for rank, run in ranks.items() if (f := recorded_facts(run.report.recording)) is not None}
+        if (split := distributed_sampler(facts)) is not None:
+            first.findings = order([*first.findings, split])
         ceilings = {rank: c for rank, run in ranks.items() if (c := run.report.recording.ceiling) is not None}
         if (job := job_ceiling(ceilings)) is not None:
             first.findings = order([*first.findings, job])

@@ -10,6 +10,9 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 # Indices of one epoch kept (scale compares the ranks' samples with them).
 MAX_INDICES = 200_000
+# Indices (or fingerprints of samples) a watched loader drew in its first epoch, kept at most: what run compares
+# between ranks. Fewer than scale's: every rank's report carries them in run's JSON.
+MAX_DRAWN = 10_000
 
 
 def length_or_none(obj: Any, *, any_error: bool = False) -> int | None:
@@ -39,6 +42,7 @@ class LoaderFacts:
     sampler: str = ""  # the class of the sampler that picks the indices ("DistributedSampler", "RandomSampler")
     distributed: bool = False  # whether that sampler splits the indices between ranks (knows num_replicas and rank)
     sampler_drop_last: bool | None = None  # its DistributedSampler's drop_last; None without one
+    samples_per_epoch: int | None = None  # len() of that sampler: the indices it gives one rank in an epoch
     # The dataset indices the sampler gives in one epoch (map-style; at most MAX_INDICES), and the fingerprints of
     # the first samples delivered (see tap/fingerprints.py): what scale compares between ranks.
     indices: list[int] | None = None
@@ -70,6 +74,8 @@ def loader_facts(loader: DataLoader, *, indices: bool = False) -> LoaderFacts:
         sampler=type(inner).__name__,
         distributed=distributed,
         sampler_drop_last=bool(sampler.drop_last) if isinstance(sampler, DistributedSampler) else None,
+        # a batch sampler without a sampler of its own has a length in batches, not indices
+        samples_per_epoch=None if inner is batch_sampler else length_or_none(inner, any_error=True),
         indices=_epoch_indices(picker) if indices and not iterable else None,
     )
 

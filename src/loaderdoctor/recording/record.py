@@ -149,6 +149,17 @@ class Recording:
     sampler_drop_last: bool | None = None
     # The loop's rate with its input taken away, measured in data-free turns (`run --ceiling`); None otherwise.
     ceiling: Ceiling | None = None
+    # A watched loader's sampler (loader/facts.py's LoaderFacts): the class that picks its indices, whether it
+    # splits them between ranks (None where not recorded: reports saved before, the probe's), and the indices it
+    # gives one rank in an epoch.
+    sampler: str = ""
+    sampler_distributed: bool | None = None
+    samples_per_epoch: int | None = None
+    # What a watched run drew in its first epoch (at most loader/facts.py's MAX_DRAWN): the dataset indices its
+    # sampler gave the loader's own iterator (a map-style dataset; None where none were noted, see tap/drawn.py),
+    # and the fingerprints of the samples delivered (an IterableDataset). What run compares between ranks.
+    drawn_indices: list[int] | None = None
+    drawn_fingerprints: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -26,6 +26,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "step_ms": ("training step", "ms"),
     "share_of_run": ("share of the run", _SHARE),
     "share_of_interval": ("share of the interval", _SHARE),
+    "share_of_others_step": ("the other ranks' step spent waiting", _SHARE),
     "waiting_share": ("waiting on the lock", _SHARE),
     "estimated_run_share": ("estimated share of the run", _SHARE),
     # the ceiling: the loop with its input taken away (run --ceiling)
@@ -130,6 +131,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "ranks": ("found on ranks", ""),
     "rank": ("rank", ""),
     "host": ("host", ""),
+    "hosts": ("hosts", ""),
     "rank_findings": ("the rank's findings", ""),
     "efficiency": ("scaling efficiency", ""),
     "iterable": ("iterable dataset", ""),
@@ -138,6 +140,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "dataset_len": ("dataset", "samples"),
     "samples_per_rank": ("samples per rank", ""),
     "samples_compared": ("samples compared", ""),
+    "indices_compared": ("indices compared", ""),
     "shared_samples_share": ("samples another rank also loads", _SHARE),
     "batches_per_epoch": ("batches per epoch", ""),
     # locks

@@ -33,6 +33,10 @@ class BatchDelivered:
     # One per sample (fingerprints.py), for an IterableDataset's first TALLIED_PER_EPOCH samples of an epoch:
     # whether its workers deliver the same samples. None for a map-style dataset, or when not told apart.
     fingerprints: list[int] | None = None
+    # The dataset indices the loader's sampler gave torch's iterator since the last delivery (tap/drawn.py: a
+    # watch's first epoch of a map-style dataset; torch's workers draw ahead, so they are not this batch's alone).
+    # None when none were noted.
+    indices: list[int] | None = None
     # Seconds of the wait the waiting thread was runnable but not running (other processes held the cores): the
     # machine's time, not the data's. None where the kernel does not count it.
     wait_run_delay_s: float | None = None

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.loader.facts import length_or_none
 from loaderdoctor.tap.ceiling import CeilingTurns
+from loaderdoctor.tap.drawn import DrawnIndices
 from loaderdoctor.tap.events import (
     BatchDelivered,
     BatchFailed,
@@ -128,6 +129,8 @@ class TapIterator:
         if self.started_workers:
             raise_if_stopping()  # a job being stopped (its signal held back, or caught) starts no worker
         self.inner = tap.open_torch_iterator()
+        self.drawn = DrawnIndices.of(self.inner, tap.draws_to_note)  # the indices its sampler gives it
+        tap.draws_to_note = 0  # the first epoch's only
         self.waiting_since = None
         self.pids = worker_pids(self.inner)
         tap.emit(IteratorCreated(epoch, facts, self.pids, tap.clock() - self.started_at))
@@ -233,6 +236,7 @@ class TapIterator:
             if tap.fingerprints and self.fingerprinted < TALLIED_PER_EPOCH:
                 fingerprints = sample_fingerprints(batch, samples)
                 self.fingerprinted += len(fingerprints or ())
+            indices = self.drawn.take() if self.drawn is not None else None
             tap.emit(
                 BatchDelivered(
                     epoch=self.epoch,
@@ -243,6 +247,7 @@ class TapIterator:
                     samples=samples,
                     first_batch_s=first_batch_s,
                     fingerprints=fingerprints,
+                    indices=indices,
                     wait_run_delay_s=wait_run_delay_s,
                     startup_run_delay_s=startup_run_delay_s,
                     step_run_delay_s=step_run_delay_s,
@@ -284,6 +289,9 @@ class Tap:
         # workers this tap's iter() starts note it there themselves (a guard's dataset notes its own instead).
         self.in_hand: InHand | None = None
         self.note_in_workers = False
+        # Of a map-style dataset, how many of the indices its sampler gives the next iter()'s torch iterator are
+        # noted (tap/drawn.py) and told in BatchDelivered.indices: set by a watch for its first epoch; 0, none.
+        self.draws_to_note = 0
 
     def open_torch_iterator(self) -> Any:
         """torch's iterator of the loader; the workers it starts (with `note_in_workers`) note the index they load

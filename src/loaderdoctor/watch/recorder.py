@@ -17,7 +17,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from loaderdoctor.host.facts import OtherLoad, host_facts
-from loaderdoctor.loader.facts import LoaderFacts
+from loaderdoctor.loader.facts import MAX_DRAWN, LoaderFacts
 from loaderdoctor.loader.indexed import parse_sample_failures
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
@@ -91,7 +91,11 @@ class RunRecorder:
             dataset_len=facts.dataset_len,
             drop_last=facts.drop_last,
             sampler_drop_last=facts.sampler_drop_last,
+            sampler=facts.sampler,
+            sampler_distributed=facts.distributed,
+            samples_per_epoch=facts.samples_per_epoch,
         )
+        self._first_epoch: int | None = None  # the epoch of the run's first batch: its draws are kept
         self.other_load = OtherLoad()
         self.book = EpochBook(self.rec, clock, self.started)
         self.worker_pids: list[int] = []
@@ -150,6 +154,7 @@ class RunRecorder:
         poller = self._poller() if self._poller is not None else None
         if poller is not None and self.book.startup_just_ended():
             poller.poll_soon()  # the workers' memory as they start: the base of their growth
+        self._drawn(event)
         self.delivered += 1
         self.samples += event.samples
         self.wait_s += event.wait_s
@@ -159,6 +164,19 @@ class RunRecorder:
             self.rec.batches.append(batch)
             if len(self.rec.batches) > self._max_batches:
                 self._thin()
+
+    def _drawn(self, event: BatchDelivered) -> None:
+        """The first epoch's draws kept, MAX_DRAWN at most of each: the indices its sampler gave (the tap notes
+        them in the first epoch only) and its samples' fingerprints."""
+        if self._first_epoch is None:
+            self._first_epoch = event.epoch
+        rec = self.rec
+        if event.indices:
+            kept = rec.drawn_indices if rec.drawn_indices is not None else []
+            kept.extend(event.indices[: MAX_DRAWN - len(kept)])
+            rec.drawn_indices = kept
+        if event.fingerprints and event.epoch == self._first_epoch:
+            rec.drawn_fingerprints.extend(event.fingerprints[: MAX_DRAWN - len(rec.drawn_fingerprints)])
 
     def _failed(self, event: BatchFailed) -> None:
         now = self.clock()

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard.loader import GuardedLoader
 from loaderdoctor.host.snapshot import HostSnapshot
+from loaderdoctor.loader.facts import MAX_DRAWN
 from loaderdoctor.loader.settings import LoaderSpec, Settings
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.tap.ceiling import CeilingTurns, ceiling_steps, ceiling_turns
@@ -126,6 +127,8 @@ class WatchedLoader:
             fixed = LoaderSpec.from_loader(loader).settings
             settings = lambda: fixed  # noqa: E731
             tap = self._tap = Tap(loader, [], start_method=fixed.effective_start_method, open_iterator=open_iterator)
+            if not tap.fingerprints:  # a map-style dataset: the indices its first epoch draws, for run's ranks
+                tap.draws_to_note = MAX_DRAWN
             waiting = lambda: getattr(tap.current, "waiting_since", None)  # noqa: E731
             inner = tap.torch_iterator
             held = tap.held

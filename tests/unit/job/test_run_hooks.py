@@ -1,6 +1,7 @@
 """`loaderdoctor run`'s pieces in this process: its words split from the script's, the hooks on torch's DataLoader
 (loaders named where the user's code made them, loaderdoctor's own iteration passed through, torch's methods
-restored), a LoaderRun's JSON round trip, and rank-straggler joined onto the straggling rank's loader."""
+restored), a LoaderRun's JSON round trip, rank-straggler joined onto the slowest straggling rank's loader, and
+distributed-sampler onto the lowest rank's."""
 
 from __future__ import annotations
 
@@ -115,6 +116,32 @@ def test_rank_straggler_joins_the_straggling_ranks_loader_only_and_the_plan_rank
     plan = plans.pop("train.py:9/rank0")
     assert plan is not None and (plan.world_size, plan.samples_per_rank, plan.repeated_samples) == (2, 241, 1)
     assert set(plans.values()) == {None}  # once per loader; none without a DistributedSampler (val)
+
+
+def test_ranks_that_draw_the_same_indices_get_distributed_sampler_on_the_lowest_ranks_loader():
+    whole = {"sampler": "RandomSampler", "sampler_distributed": False, "dataset_len": 480, "samples_per_epoch": 480}
+    split = {
+        "sampler": "DistributedSampler",
+        "sampler_distributed": True,
+        "dataset_len": 480,
+        "sampler_drop_last": False,
+    }
+    own = {"sampler": "ShardSampler", "sampler_distributed": False, "dataset_len": 480}
+    by_rank = {
+        rank: [
+            _rank(f"train.py:9/rank{rank}", 0.004, 0.020, drawn_indices=list(range(16, 480)), **whole),
+            _rank(f"ddp.py:4/rank{rank}", 0.004, 0.020, drawn_indices=list(range(rank, 480, 4)), **split),
+            _rank(f"shards.py:7/rank{rank}", 0.004, 0.020, drawn_indices=list(range(rank, 480, 4)), **own),
+        ]
+        for rank in (2, 3, 5)  # a node's ranks: the lowest is not always rank 0
+    }
+    joined_ranks = joined(by_rank, {2: "b", 3: "b", 5: "c"}, 8)
+    rules = {run.report.name: [f.rule for f in run.report.findings] for run in joined_ranks}
+    assert rules["train.py:9/rank2"] == ["distributed-sampler"]
+    assert not [rule for name, found in rules.items() if name != "train.py:9/rank2" for rule in found]
+    (finding,) = next(run for run in joined_ranks if run.report.name == "train.py:9/rank2").report.findings
+    assert finding.severity == "critical" and finding.evidence["world_size"] == 3
+    assert finding.title == "no DistributedSampler: each of the 3 ranks loads all 480 samples of the dataset"
 
 
 def test_loaderdoctors_own_failure_leaves_the_loader_running_unwatched(monkeypatch, caplog):

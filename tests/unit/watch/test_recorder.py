@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 
@@ -295,3 +296,22 @@ def test_a_worker_that_ended_cleanly_on_ctrl_c_is_no_death(monkeypatch):
         stopped = stop is not None and (exitcode == 0 or stop == signal.SIGINT)
         assert [d.pid for d in rec.worker_deaths] == ([] if stopped else [11]), (exitcode, stop)
         monkeypatch.setattr(signals, "_stops", {})
+
+
+def test_the_first_epochs_draws_are_kept_up_to_the_bound_with_the_sampler(monkeypatch):
+    monkeypatch.setattr(sys.modules[RunRecorder.__module__], "MAX_DRAWN", 10)
+    clock = Clock()
+    facts = LoaderFacts(batch_size=4, batches_per_epoch=3, sampler="RandomSampler", samples_per_epoch=12)
+    recorder = RunRecorder(facts, Settings(), clock=clock)
+    for epoch in range(2):
+        recorder.on_event(IteratorCreated(epoch, None, [], 0.0))
+        for index in range(3):
+            base = 100 * epoch + 4 * index
+            drawn = list(range(base, base + 4))
+            recorder.on_event(BatchDelivered(epoch, index, 0.01, 0.0, 64, 4, None, drawn, drawn))
+        recorder.on_event(EpochEnded(epoch, 3, 0.0))
+    rec = recorder.finish()
+    assert (rec.sampler, rec.sampler_distributed, rec.samples_per_epoch) == ("RandomSampler", False, 12)
+    assert rec.drawn_indices == list(range(10))  # the tap notes the first epoch's only; at most the bound here
+    assert rec.drawn_fingerprints == list(range(10))  # the first epoch's, though the tap fingerprints every one
+    assert _recorder(Clock()).finish().drawn_indices is None  # none noted
