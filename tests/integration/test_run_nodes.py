@@ -186,3 +186,22 @@ def test_a_node_that_dies_or_is_cut_off_ends_the_job_in_bounded_time_saying_so(t
     assert took < 60, took
     assert f"node 1 ({nodes[1].hostname}) was lost" in words0, said0
     assert f"ended by node 1 ({nodes[1].hostname}) being lost" in words0, said0
+    # what was measured survives: node 1's rank sent it as its epochs ended (node 0's too, when it was stuck)
+    assert "loader 'train.py:15/rank0'" in words0 and "loader 'train.py:15/rank1'" in words0, said0
+    assert "rank 1 sent nothing at its end: its diagnosis covers its first" in words0, said0
+
+
+def test_an_unsplit_dataset_is_named_as_the_same_data_on_every_node(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    with two_nodes() as nodes:
+        processes = [_run(node, rank, nodes, tmp_path, "--json", "job.json", env={"NO_SPLIT": "1", "EPOCHS": "1"})
+                     for rank, node in enumerate(nodes)]  # fmt: skip
+        (status0, said0), (status1, said1) = (_ended(process, 120) for process in processes)
+    assert (status0, status1) == (0, 0), said0 + said1
+    report = json.loads((tmp_path / "job.json").read_text())
+    found = [
+        f for loader in report["loaders"].values() for f in loader["findings"] if f["rule"] == "distributed-sampler"
+    ]
+    assert len(found) == 1 and found[0]["severity"] == "critical", _words(said0)
+    assert found[0]["evidence"]["world_size"] == 2 and found[0]["evidence"]["shared_samples_share"] == 1.0, found
+    assert "distributed-sampler" not in said1

@@ -233,6 +233,11 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
     for process in report.unwatched:
         err.print(f"loaderdoctor run: {process.words()}", markup=False)
     if isinstance(result, RanksRun):
+        for rank, seconds in sorted(result.so_far.items()):
+            how = result.rank_ends.get(rank)
+            err.print(f"loaderdoctor run: rank {rank} sent nothing at its end" + (f" (it {how})" if how else "")
+                      + f": its diagnosis covers its first {seconds:.1f} s, as it sent them when an epoch ended",
+                      markup=False)  # fmt: skip
         for node_end in result.node_ends:
             err.print(f"loaderdoctor run: {node_end.words()}", markup=False)
         for problem in result.problems:

@@ -24,6 +24,11 @@ def rank_key(rank: int) -> str:
     return f"{KEY_PREFIX}rank/{rank}"
 
 
+def so_far_key(rank: int) -> str:
+    """Where a rank puts what it measured so far, as its epochs end (job/onerank.py)."""
+    return f"{KEY_PREFIX}so-far/{rank}"
+
+
 def runs_text(runs: list[LoaderRun], **fields: Any) -> str:
     """What a process measured (its loaders), with `fields` (its rank, its host...), as one JSON text."""
     return json.dumps({**fields, "loaders": [run.to_dict() for run in runs]})
@@ -74,10 +79,9 @@ def gather(
     *,
     say: Callable[[str], None],
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[dict[int, list[LoaderRun]], dict[int, str], list[NodeEnd], list[str]]:
+) -> Gathered:
     """On node 0, once its own ranks have ended: every other node's end (waited for while its heartbeat goes on; a
-    Ctrl-C ends the wait), then what each rank sent. The loaders by rank, each rank's host, the other nodes' ends,
-    and the problems met reading what the ranks sent."""
+    Ctrl-C ends the wait), then what each rank sent (at its end, else as its epochs ended)."""
     ends: dict[int, NodeEnd] = {}
     started = told_at = clock()
     waiting = set(range(1, meeting.nnodes))
@@ -98,22 +102,37 @@ def gather(
                 names = ", ".join(f"node {n} ({meeting.host(n)})" for n in sorted(waiting))
                 say(f"waiting for {names} to end its ranks, {now - started:.0f} s")
             time.sleep(0.1)
-    loaders: dict[int, list[LoaderRun]] = {}
-    hosts: dict[int, str] = {}
-    problems = []
+    gathered = Gathered(node_ends=[ends[node] for node in sorted(ends)])
     for rank in range(world_size):
-        try:
-            if not meeting.store.check([rank_key(rank)]):
+        for key in (rank_key(rank), so_far_key(rank)):  # what it sent at its end, else what it sent before
+            try:
+                if not meeting.store.check([key]):
+                    continue
+                raw = meeting.store.get(key)
+                if len(raw) > MAX_RANK_BYTES:
+                    raise ValueError(f"{len(raw)} bytes, more than {MAX_RANK_BYTES}")
+                fields, runs = runs_from_text(raw)
+            except Exception as error:  # a damaged or oversized text, or the store's errors
+                gathered.problems.append(f"what rank {rank} sent could not be read ({type(error).__name__}: {error})")
                 continue
-            raw = meeting.store.get(rank_key(rank))
-            if len(raw) > MAX_RANK_BYTES:
-                raise ValueError(f"{len(raw)} bytes, more than {MAX_RANK_BYTES}")
-            fields, runs = runs_from_text(raw)
-        except Exception as error:  # a damaged or oversized text, or the store's errors
-            problems.append(f"what rank {rank} sent could not be read ({type(error).__name__}: {error})")
-            continue
-        loaders[rank], hosts[rank] = runs, str(fields.get("host", ""))
-    return loaders, hosts, [ends[node] for node in sorted(ends)], problems
+            gathered.loaders[rank], gathered.hosts[rank] = runs, str(fields.get("host", ""))
+            if fields.get("so_far"):
+                gathered.so_far[rank] = max((run.report.recording.wall_s for run in runs), default=0.0)
+            break
+    return gathered
+
+
+@dataclass
+class Gathered:
+    """What node 0 gathered: the loaders by rank, each rank's host, the ranks whose loaders are what they sent as
+    their epochs ended (they sent nothing at their end) with how far into their run that was, the other nodes'
+    ends, and the problems met reading what the ranks sent."""
+
+    loaders: dict[int, list[LoaderRun]] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)
+    so_far: dict[int, float] = field(default_factory=dict)
+    node_ends: list[NodeEnd] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 def _node_end(raw: bytes, node: int, host: str) -> NodeEnd:

@@ -208,6 +208,7 @@ class EveryLoader:
                 return None
             self._watched[loader] = watched
             self.watches.append(watched)
+            watched.when_an_epoch_ends(self.epoch_ended)
             return watched
 
     def _make_watch(self, loader: Any, name: str, dispatcher: tuple[Any, Any] | None) -> WatchedLoader:
@@ -236,6 +237,18 @@ class EveryLoader:
             ceiling_only=self.ceiling_only,
             meet_ranks=False,  # the command has the job's ceiling from what each process wrote
         )
+
+    def epoch_ended(self) -> None:
+        """Told after any watched loader's epoch ends, in the loop's thread (a rank sends what it measured so far)."""
+
+    def runs_so_far(self) -> list[LoaderRun]:
+        """The runs of the loaders that delivered batches so far, every watch going on."""
+        runs = []
+        for watched in list(self.watches):
+            report = watched.report_so_far()
+            if report is not None:
+                runs.append(LoaderRun(report, watched.started_at, watched.snapshot.to_dict()))
+        return runs
 
     def close(self) -> list[LoaderRun]:
         """End every watch: the runs of the loaders that delivered batches, in the order they were first

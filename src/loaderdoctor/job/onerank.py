@@ -8,16 +8,19 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from loaderdoctor.job.gathering import rank_key, runs_text
+from loaderdoctor.job.gathering import rank_key, runs_text, so_far_key
 from loaderdoctor.job.loaders import EveryLoader, LoaderRun
 from loaderdoctor.job.meeting import STORE_ENV, store_client
 from loaderdoctor.job.ranks import (
     GUARD_ENV,
     NAME_ENV,
+    RANK_FILE,
     RUN_DIR_ENV,
+    SO_FAR_FILE,
     RankEnds,
     ceiling_from_env,
     ceiling_only_from_env,
@@ -25,6 +28,11 @@ from loaderdoctor.job.ranks import (
 )
 from loaderdoctor.job.script import INTERRUPTED_STATUS, Script, ScriptRun, presses_of_ctrl_c, run_script
 from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_thread, release_interrupt
+
+# How often a rank sends what it measured so far (at an epoch's end): a rank that ends abnormally leaves that. At
+# most every SO_FAR_EVERY_S, and spaced so that sending takes at most SO_FAR_SHARE of the rank's time.
+SO_FAR_EVERY_S = 2.0
+SO_FAR_SHARE = 0.01
 
 
 def rank_main(argv: list[str]) -> int:
@@ -63,7 +71,7 @@ def _write_rank_run(run: ScriptRun, rank: int) -> int:
         return run.exit_status
     except Exception as error:  # the store's errors (their classes differ between torch versions), or no store
         sent = f"{type(error).__name__}: {error}"
-    out = Path(os.environ[RUN_DIR_ENV]) / f"rank{rank}.json"
+    out = Path(os.environ[RUN_DIR_ENV]) / RANK_FILE.format(rank=rank)
     try:
         write_runs(out, run.loaders, **fields)
         print(f"loaderdoctor run: rank {rank} could not send what it measured to node 0 ({sent}); written on "
@@ -75,9 +83,38 @@ def _write_rank_run(run: ScriptRun, rank: int) -> int:
 
 
 class _RankLoaders(EveryLoader):
-    """A rank's loaders. Once its script has ended, SIGTERM and SIGINT no longer cut the rank short: the launcher
-    sends SIGTERM to every rank when one fails, and a rank closing its watches or writing what they measured
-    would lose it all; the rank ends right after anyway."""
+    """A rank's loaders. What they measured so far is sent to node 0 at the first epoch's end and then at most
+    every SO_FAR_EVERY_S, as an epoch ends: a rank that is killed, or stuck in a collective with a node that was
+    lost, leaves that much (job/gathering.py). Once its script has ended, SIGTERM and SIGINT no longer cut the rank
+    short: the launcher sends SIGTERM to every rank when one fails, and a rank closing its watches or writing
+    what they measured would lose it all; the rank ends right after anyway."""
+
+    _store: Any = None
+    _next_at: float | None = None  # when the next one may be sent (time.monotonic())
+    _sending = True
+
+    def epoch_ended(self) -> None:
+        if not self._sending or self.rank is None or STORE_ENV not in os.environ or RUN_DIR_ENV not in os.environ:
+            return
+        started = time.monotonic()
+        if self._next_at is not None and started < self._next_at:
+            return
+        try:
+            text = runs_text(self.runs_so_far(), rank=self.rank, host=socket.gethostname(), so_far=True)
+            out = Path(os.environ[RUN_DIR_ENV]) / SO_FAR_FILE.format(rank=self.rank)
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(out)  # this node's copy, for when node 0 is lost
+            if self._store is None:
+                self._store = store_client(os.environ[STORE_ENV])
+            self._store.set(so_far_key(self.rank), text)
+        except Exception as error:  # the store's errors, or a full disk: the rank goes on, and sends at its end
+            self._sending = False
+            print(f"loaderdoctor run: rank {self.rank} cannot send what it measured so far to node 0 "
+                  f"({type(error).__name__}: {error})", file=sys.stderr)  # fmt: skip
+            return
+        took = time.monotonic() - started
+        self._next_at = started + max(SO_FAR_EVERY_S, took / SO_FAR_SHARE)
 
     def close(self) -> list[LoaderRun]:
         if in_main_thread():

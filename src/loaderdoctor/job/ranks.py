@@ -56,6 +56,10 @@ SHUTDOWN_TIMEOUT_S = 30
 # no signal handler runs.
 LOST_GRACE_S = 5.0
 RENDEZVOUS_TIMEOUT_S = 900
+# A rank's files in this node's run folder: what it measured, at its end when node 0's store cannot be reached, and
+# so far, as its epochs end (read when node 0 is lost).
+RANK_FILE = "rank{rank}.json"
+SO_FAR_FILE = "so-far-rank{rank}.json"
 # Where torch's launcher says which signals it turns into its SignalException.
 TORCH_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 _SAID = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
@@ -72,6 +76,7 @@ class RanksRun(ScriptRun):
     node_ends: list[NodeEnd] = field(default_factory=list)
     rank_ends: dict[int, str] = field(default_factory=dict)  # rank -> how it ended, when not by itself
     problems: list[str] = field(default_factory=list)
+    so_far: dict[int, float] = field(default_factory=dict)  # rank -> seconds into its run of what it sent last
 
 
 def run_ranks(
@@ -161,14 +166,20 @@ def run_ranks(
                               {str(rank): how for rank, how in rank_ends.items()})  # fmt: skip
                 tell_end(meeting, end)
                 return RanksRun(status, [], ended_by, diagnosed_on=meeting.host(0), rank_ends=rank_ends)
-            loaders, hosts = _written(work)  # node 0 is gone: this node's own ranks, as they wrote them
+            loaders, hosts, so_far = _written(work)  # node 0 is gone: this node's own ranks, as they wrote them
             silent = [rank for rank in mine if rank not in loaders]
             return RanksRun(status, joined(loaders, hosts, topology.world_size), ended_by, silent,
-                            rank_ends=rank_ends)  # fmt: skip
-        loaders, hosts, node_ends, problems = gather(meeting, heartbeat, topology.world_size, say=say)
-        for rank, runs in _written(work)[0].items():  # a rank of this node that could not reach the store
-            loaders.setdefault(rank, runs)
-        for node_end in node_ends:
+                            rank_ends=rank_ends, so_far=so_far)  # fmt: skip
+        gathered = gather(meeting, heartbeat, topology.world_size, say=say)
+        loaders, hosts = gathered.loaders, gathered.hosts
+        written, written_hosts, written_so_far = _written(work)
+        for rank, runs in written.items():  # a rank of this node that could not reach the store
+            if rank not in loaders or (rank in gathered.so_far and rank not in written_so_far):
+                loaders[rank], hosts[rank] = runs, written_hosts[rank]
+                gathered.so_far.pop(rank, None)
+                if rank in written_so_far:
+                    gathered.so_far[rank] = written_so_far[rank]
+        for node_end in gathered.node_ends:
             rank_ends.update({int(rank): how for rank, how in node_end.rank_ends.items() if rank.isdigit()})
             if node_end.lost_after_s is not None and ends.received is None:
                 # what this node's ranks died of, when they failed: their collectives with the lost node broke
@@ -177,7 +188,8 @@ def run_ranks(
                 status, ended_by = node_end.exit_status, node_end.ended_by or f"node {node_end.node} failing"
         silent = [rank for rank in range(topology.world_size) if rank not in loaders]
         joined_runs = joined(loaders, hosts, topology.world_size)
-        return RanksRun(status, joined_runs, ended_by, silent, None, node_ends, rank_ends, problems)
+        return RanksRun(status, joined_runs, ended_by, silent, None, gathered.node_ends, rank_ends,
+                        gathered.problems, gathered.so_far)  # fmt: skip
     finally:
         heartbeat.__exit__()
         remove_folder(work)
@@ -288,16 +300,23 @@ def _first_failure(failures: dict[int, Any]) -> tuple[int, Any]:
     return min(failures.items(), key=lambda item: (item[1].timestamp, item[1].exitcode in ended, item[0]))
 
 
-def _written(work: Path) -> tuple[dict[int, list[LoaderRun]], dict[int, str]]:
-    """What each rank wrote (its loaders), and each rank's host."""
+def _written(work: Path) -> tuple[dict[int, list[LoaderRun]], dict[int, str], dict[int, float]]:
+    """What each rank of this node wrote here (its loaders: at its end, else as its epochs ended), each rank's
+    host, and the ranks whose loaders are what they wrote as their epochs ended, with how far into their run."""
     loaders: dict[int, list[LoaderRun]] = {}
     hosts: dict[int, str] = {}
-    for path in work.glob("rank*.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            fields, runs = read_runs(path)
-            rank = int(fields["rank"])
-            loaders[rank], hosts[rank] = runs, str(fields["host"])
-    return loaders, hosts
+    so_far: dict[int, float] = {}
+    for pattern in (RANK_FILE.format(rank="*"), SO_FAR_FILE.format(rank="*")):
+        for path in work.glob(pattern):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                fields, runs = read_runs(path)
+                rank = int(fields["rank"])
+                if rank in loaders:
+                    continue  # what it wrote at its end stands
+                loaders[rank], hosts[rank] = runs, str(fields["host"])
+                if fields.get("so_far"):
+                    so_far[rank] = max((run.report.recording.wall_s for run in runs), default=0.0)
+    return loaders, hosts, so_far
 
 
 def write_runs(out: Path, runs: list[LoaderRun], **fields: Any) -> None:

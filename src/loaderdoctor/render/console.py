@@ -29,9 +29,43 @@ _REFRESH_S = 0.1
 HOST_RULES = frozenset({"stray-workers"})
 
 
-def loader_findings(findings: list[Finding]) -> list[Finding]:
-    """A loader's own findings, the machine's (HOST_RULES) left to host_findings."""
-    return [f for f in findings if f.rule not in HOST_RULES]
+# Findings about a distributed job, judged across its ranks (`run` on several ranks, `scale`): a report shows them
+# first, under the job's heading, not in the rank's section they were added to.
+JOB_RULES = frozenset({"rank-straggler", "job-ceiling"})
+
+
+def is_job_finding(finding: Finding) -> bool:
+    """Whether a finding was judged across the ranks of a job (JOB_RULES, and distributed-sampler across ranks: not
+    its set_epoch() warning, which one rank's epochs give)."""
+    if finding.rule == "distributed-sampler":
+        return "sampler_epoch" not in finding.evidence
+    return finding.rule in JOB_RULES
+
+
+def loader_findings(findings: list[Finding], *, job_apart: bool = True) -> list[Finding]:
+    """A loader's own findings, the machine's (HOST_RULES) left to host_findings and, with `job_apart`, the job's
+    to job_findings (scale's loaders are the job's already: their findings stay with them)."""
+    return [f for f in findings if f.rule not in HOST_RULES and not (job_apart and is_job_finding(f))]
+
+
+def job_findings(loaders: Iterable[LoaderReport]) -> dict[str, list[Finding]]:
+    """The job's findings of a report (see is_job_finding), by the loader they are about: its name without the
+    rank ("train.py:41", of "train.py:41/rank0" and its other ranks)."""
+    found: dict[str, list[Finding]] = {}
+    for lr in loaders:
+        for finding in lr.findings:
+            if is_job_finding(finding):
+                found.setdefault(lr.name.rsplit("/rank", 1)[0], []).append(finding)
+    return found
+
+
+def job_view(findings: dict[str, list[Finding]]) -> Group:
+    """The job's findings under a heading of their own, per loader."""
+    parts: list[Any] = []
+    for name, found in findings.items():
+        parts.append(Text(f"the job: loader '{name}' across its ranks", style="bold underline"))
+        parts.extend(finding_view(f) for f in found)
+    return Group(*parts)
 
 
 def host_findings(findings_by_loader: Iterable[list[Finding]]) -> list[Finding]:
@@ -45,7 +79,8 @@ def host_findings(findings_by_loader: Iterable[list[Finding]]) -> list[Finding]:
 def shown_findings(findings_by_loader: Iterable[list[Finding]]) -> list[Finding]:
     """Every finding a report shows: each loader's own, and the machine's once (what its summary counts)."""
     by_loader = list(findings_by_loader)
-    return [f for findings in by_loader for f in loader_findings(findings)] + host_findings(by_loader)
+    job = [f for findings in by_loader for f in findings if is_job_finding(f)]
+    return job + [f for findings in by_loader for f in loader_findings(findings)] + host_findings(by_loader)
 
 
 def host_view(findings: list[Finding]) -> Group:
@@ -54,9 +89,13 @@ def host_view(findings: list[Finding]) -> Group:
 
 
 def render(report: Report, console: Console) -> None:
-    """Print the whole report: per loader what was measured, the findings, and the verified fix; then what was
-    found about the machine, once."""
+    """Print the whole report: what was found across the ranks of a job, first; per loader what was measured, the
+    findings, and the verified fix; then what was found about the machine, once."""
     console.print(Text.assemble((f"loaderdoctor {report.command} ", "bold"), (report.target, "bold cyan")))
+    job = job_findings(report.loaders.values())
+    if job:  # first: the ranks' own sections and the DDP plan follow
+        console.print()
+        console.print(job_view(job), crop=False)
     for loader_report in report.loaders.values():
         console.print()
         console.print(_loader(loader_report), crop=False)  # code blocks keep their whole lines

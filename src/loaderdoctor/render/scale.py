@@ -39,7 +39,7 @@ def _loader(lr: ScaleLoaderReport, width: int) -> Group:
     for run in lr.runs:
         for failure in run.failures:
             parts.append(Text(f"  ✖ {run.ranks} ranks: {failure}", style="bold red"))
-    findings = loader_findings(lr.findings)
+    findings = loader_findings(lr.findings, job_apart=False)
     if not findings:
         parts.append(Text("  No problems found across the ranks.", style="green"))
     for finding in findings:

@@ -301,6 +301,16 @@ class RunRecorder:
 
     # The end
 
+    def so_far(self, settings: Settings | None = None, poller: Any = None) -> Recording:
+        """A copy of the Recording of the run so far, as finish() gives it, the run going on (taken at an epoch's
+        end, when no epoch is open: an open one is left out, as its batches are)."""
+        rec = Recording.from_dict(self.rec.to_dict())
+        open_epoch = self.book.open.epoch if self.book.open is not None else None
+        if open_epoch is not None:
+            rec.batches = [b for b in rec.batches if b.epoch != open_epoch]
+        self._complete(rec, self.clock(), settings, poller)
+        return rec
+
     def finish(self, settings: Settings | None = None, poller: Any = None) -> Recording:
         """The Recording of the run so far, complete; `poller` is the worker poller whose rounds it keeps.
         Safe to call more than once (the first call's Recording stands)."""
@@ -313,6 +323,12 @@ class RunRecorder:
         self._stops_left_out()
         now = self.clock()
         self._end_epoch(now, "time")
+        self.other_load.observe()
+        self._complete(rec, now, settings, poller)
+        return rec
+
+    def _complete(self, rec: Recording, now: float, settings: Settings | None, poller: Any) -> None:
+        """What a Recording of the run up to `now` holds beside its epochs and batches."""
         if settings is not None:
             rec.settings = settings
             rec.start_method = settings.effective_start_method
@@ -324,9 +340,7 @@ class RunRecorder:
         if poller is not None:
             rec.worker_samples = list(poller.readings)
             rec.host_samples = list(poller.host_readings)
-        self.other_load.observe()
         rec.other_processes = self.other_load.busiest(rec.wall_s)
-        return rec
 
 
 def _end_words(end: WorkerEnd) -> str:

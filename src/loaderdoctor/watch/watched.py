@@ -206,6 +206,14 @@ class WatchedLoader:
         """The host and this process when the watch began."""
         return self._run.snapshot
 
+    def report_so_far(self) -> LoaderReport | None:
+        """The diagnosis of the run so far, the watch going on (see WatchRun.report_so_far)."""
+        return self._run.report_so_far()
+
+    def when_an_epoch_ends(self, call: Callable[[], None]) -> None:
+        """Have `call` called (in the loop's thread) after each epoch's end is recorded."""
+        self._run.epoch_ended = call
+
     def close(self) -> LoaderReport | None:
         """End the watch: diagnose the run so far, log it, keep it in the history. Safe to call again."""
         if self._finalizer.alive:

@@ -100,6 +100,7 @@ class WatchRun:
         self.failed = False  # the recording broke: the loop goes on, unwatched
         self.ceiling: Ceiling | None = None  # the ceiling's turns' figures, when asked for: the ranks meet at close()
         self.job: JobStore | None = None  # in a distributed run with a ceiling, where the ranks meet
+        self.epoch_ended: Callable[[], None] = lambda: None  # told after each epoch's end (run's ranks: a snapshot)
 
     def start(self) -> None:
         """At the first iter(): the poller and the progress lines begin."""
@@ -119,6 +120,7 @@ class WatchRun:
             self.recorder.on_event(event)
             if isinstance(event, EpochEnded):
                 self._log_epoch_end(event)
+                self.epoch_ended()
             elif isinstance(event, IteratorCreated) and event.worker_pids:
                 deathwatch.workers_started()
         except Exception as error:
@@ -242,6 +244,18 @@ class WatchRun:
                 stacklevel=2,
             )
         return self.report
+
+    def report_so_far(self) -> LoaderReport | None:
+        """The diagnosis of the run so far, the run going on (its history not kept, nothing logged); None before the
+        first iter(), once the recording broke, or when it cannot be had (said at debug level)."""
+        if self.failed or not self.running or self.closed:
+            return self.report
+        try:
+            rec = self.recorder.so_far(self.settings(), self.poller)
+            return finish_run("watch", self.name, rec, self.started_at, self.snapshot, history=False, log_it=False)
+        except Exception as error:  # the training goes on; the snapshot is left out
+            log.debug("loaderdoctor watch '%s': no report so far: %s: %s", self.name, type(error).__name__, error)
+            return None
 
     def _diagnose(self, job: Finding | None) -> LoaderReport:
         rec = self.recorder.finish(self.settings(), self.poller)

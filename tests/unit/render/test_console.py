@@ -63,3 +63,48 @@ def test_a_history_run_shows_its_findings_code_whole_too():
     render_run({"id": 1, **record.to_dict()}, console)
     text = console.export_text()
     assert all(line in text for line in SNIPPET.splitlines() if line.strip())
+
+
+def _job_report() -> Report:
+    straggler = Finding(
+        "rank-straggler",
+        "critical",
+        "ranks 2, 3 on node1 wait 90 ms per batch for data",
+        {"rank": 3, "ranks": [2, 3]},
+        "Make their loading as fast as the others'.",
+        impact=0.9,
+    )
+    unsplit = Finding(
+        "distributed-sampler",
+        "critical",
+        "no DistributedSampler: each of the 4 ranks loads all 256",
+        {"world_size": 4},
+        "Give the DataLoader a DistributedSampler.",
+        impact=1.0,
+    )
+    never = Finding(
+        "distributed-sampler",
+        "warning",
+        "set_epoch() was never called",
+        {"epochs": 2, "sampler_epoch": 0},
+        "Call sampler.set_epoch(epoch).",
+        impact=0.0,
+    )
+    loaders = {
+        f"train.py:15/rank{rank}": LoaderReport(f"train.py:15/rank{rank}", make_recording(), findings, None)
+        for rank, findings in [(0, [unsplit, never]), (1, []), (2, []), (3, [straggler])]
+    }
+    return Report("train.py", loaders, "run")
+
+
+def test_a_jobs_findings_across_its_ranks_come_first_once_and_a_ranks_own_stay_in_its_section():
+    console = Console(record=True, width=100, file=io.StringIO())
+    render(_job_report(), console)
+    text = console.export_text()
+    heading = text.index("the job: loader 'train.py:15' across its ranks")
+    first_rank = text.index("loader 'train.py:15/rank0'")
+    assert heading < text.index("rank-straggler") < first_rank
+    assert heading < text.index("no DistributedSampler") < first_rank
+    assert text.count("rank-straggler") == 1 and text.count("no DistributedSampler") == 1
+    assert first_rank < text.index("set_epoch() was never called")  # rank 0's own epochs gave it
+    assert "Summary: 2 critical, 1 warning." in " ".join(text.split())

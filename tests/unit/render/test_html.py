@@ -206,3 +206,22 @@ def test_workers_started_again_each_epoch_are_marked_as_restarts():
     assert "epoch 2: workers started" in chart
     persistent = timeline.timeline(make_recording(settings=FIXED, epochs=3, batches_per_epoch=10), "t")
     assert 'class="restart"' not in persistent
+
+
+def test_a_jobs_findings_across_its_ranks_open_the_page_once():
+    straggler = Finding(
+        "rank-straggler",
+        "critical",
+        "ranks 2, 3 on node1 wait 90 ms per batch for data",
+        {"rank": 3, "ranks": [2, 3]},
+        "Make their loading as fast as the others'.",
+        impact=0.9,
+    )
+    loaders = {
+        f"train.py:15/rank{rank}": LoaderReport(f"train.py:15/rank{rank}", make_recording(), findings, None)
+        for rank, findings in [(0, []), (1, [straggler])]
+    }
+    page = report_page(Report("train.py", loaders, "run"))
+    job = page.index("the job: loader &#x27;train.py:15&#x27; across its ranks")
+    assert job < page.index("ranks 2, 3 on node1 wait 90 ms") < page.index("loader &#x27;train.py:15/rank0&#x27;")
+    assert page.count("ranks 2, 3 on node1 wait 90 ms") == 1

@@ -315,3 +315,25 @@ def test_the_first_epochs_draws_are_kept_up_to_the_bound_with_the_sampler(monkey
     assert rec.drawn_indices == list(range(10))  # the tap notes the first epoch's only; at most the bound here
     assert rec.drawn_fingerprints == list(range(10))  # the first epoch's, though the tap fingerprints every one
     assert _recorder(Clock()).finish().drawn_indices is None  # none noted
+
+
+def test_the_run_so_far_is_a_copy_of_what_finish_would_give_and_the_run_goes_on():
+    clock = Clock()
+    recorder = _recorder(clock)
+    _loop(recorder, clock, epoch=0, batches=10, wait_s=0.06, step_s=0.02)
+    recorder.on_event(IteratorCreated(1, None, [], 0.0))  # the next epoch under way: left out of the copy
+    clock.now += 0.06
+    recorder.on_event(BatchDelivered(1, 0, 0.06, 0.0, 64, 4, 0.06))
+    so_far = recorder.so_far()
+    assert [b.epoch for b in so_far.batches] == [0] * 10
+    assert so_far.wall_s == pytest.approx(clock.now - 100.0)
+    assert diagnose(so_far)[0].rule == "input-bound"
+    so_far.batches.clear()  # a copy: the run's own is untouched
+    clock.now += 0.02
+    for index in range(1, 10):
+        clock.now += 0.06
+        recorder.on_event(BatchDelivered(1, index, 0.06, 0.0, 64, 4, None))
+        clock.now += 0.02
+    recorder.on_event(EpochEnded(1, 10, 0.0, 0.001))
+    rec = recorder.finish()
+    assert [e.batches for e in rec.epochs] == [10, 10] and len(rec.batches) == 20

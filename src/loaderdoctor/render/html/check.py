@@ -8,6 +8,7 @@ from loaderdoctor.recording.record import Recording
 from loaderdoctor.render.console import (
     ceiling_share_words,
     host_findings,
+    job_findings,
     loader_findings,
     measured_rows,
     other_process_words,
@@ -31,8 +32,16 @@ def page(report: Report) -> str:
         f"loaderdoctor {report.command} {report.target}",
         f"loaderdoctor {report.command} {report.target}",
         f"{plural(len(report.loaders), 'loader')}; summary: {summary}",
-        [loader_section(lr) for lr in report.loaders.values()] + ([host_section(machine)] if machine else []),
+        [job_section(name, found) for name, found in job_findings(report.loaders.values()).items()]
+        + [loader_section(lr) for lr in report.loaders.values()]
+        + ([host_section(machine)] if machine else []),
     )
+
+
+def job_section(name: str, findings: list[Finding]) -> str:
+    """What was found across the ranks of a job about one loader, first on the page."""
+    return section(f"the job: loader '{name}' across its ranks", [finding_box(f, main=n == 0) for n, f in
+                   enumerate(findings)], "loader")  # fmt: skip
 
 
 def host_section(findings: list[Finding]) -> str:

@@ -28,7 +28,7 @@ def _loader(lr: ScaleLoaderReport) -> str:
     parts = []
     for run in lr.runs:
         parts.extend(verdict_box("critical", f"{run.ranks} ranks", failure) for failure in run.failures)
-    findings = loader_findings(lr.findings)
+    findings = loader_findings(lr.findings, job_apart=False)
     if not findings:
         parts.append(verdict_box("good", "healthy", "No problems found across the ranks."))
     parts.extend(finding_box(f, main=(n == 0)) for n, f in enumerate(findings))
