@@ -102,17 +102,19 @@ def test_the_ranks_that_mp_spawn_starts_are_each_reported_and_kept(tmp_path):
     assert "could not be watched" not in result.stderr
 
 
-def test_a_rank_that_dies_before_writing_is_named_and_the_others_reported(tmp_path):
+def test_a_rank_that_dies_before_writing_keeps_what_it_measured_as_its_epoch_ended_and_says_so(tmp_path):
     _write(tmp_path, "spawned.py", SPAWN)
     result = _run(["--no-history", "--json", "out.json", "spawned.py", _port(), "--die"], tmp_path)
 
     assert result.returncode == 1, result.stderr  # mp.spawn raises: rank 1 exited with 3
     said = " ".join(result.stderr.split())
-    assert "loaderdoctor run: rank 1 (pid " in said and ") could not be watched: it ended before writing" in said
+    assert "loaderdoctor run: process " in said and " (rank 1) ended without writing what it measured" in said, said
+    assert "its diagnosis covers its first" in said, said
     site = f"spawned.py:{_line(SPAWN, 'loader = DataLoader')}"
-    assert list(_loaders(tmp_path)) == [f"{site}/rank0"], result.stderr  # ended by mp.spawn's SIGTERM, it wrote
-    (unwatched,) = json.loads((tmp_path / "out.json").read_text())["unwatched"]  # the JSON names it too
-    assert unwatched["rank"] == 1 and unwatched["pid"] > 0 and unwatched["why"].startswith("it ended before writing")
+    loaders = _loaders(tmp_path)
+    assert sorted(loaders) == [f"{site}/rank0", f"{site}/rank1"], result.stderr  # rank 0 ended by mp.spawn's SIGTERM
+    assert loaders[f"{site}/rank1"]["measurements"]["batches"] == 24  # its one epoch, kept as it ended
+    assert json.loads((tmp_path / "out.json").read_text())["unwatched"] == []
 
 
 SPAWN_WORKERS = """\

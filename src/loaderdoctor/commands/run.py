@@ -232,6 +232,8 @@ def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err:
         render_console(report, err)
     for process in report.unwatched:
         err.print(f"loaderdoctor run: {process.words()}", markup=False)
+    for note in result.notes if isinstance(result, JobRun) else []:
+        err.print(f"loaderdoctor run: {note}", markup=False)
     if isinstance(result, RanksRun):
         for rank, seconds in sorted(result.so_far.items()):
             how = result.rank_ends.get(rank)

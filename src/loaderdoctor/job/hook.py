@@ -33,6 +33,7 @@ JOB_ENV = "LOADERDOCTOR_JOB"
 # loaders it watched in RESULT_FILE at its end.
 PROCESS_FILE = "process{pid}.started"
 RESULT_FILE = "process{pid}.json"
+SO_FAR_RESULT_FILE = "so-far{pid}.json"  # what it measured so far, as its epochs ended (job/process.py)
 # The variables a launcher gives each rank (torchrun, accelerate, Lightning's LOCAL_RANK for the ranks it starts).
 RANK_VARIABLES = ("RANK", "LOCAL_RANK")
 _DATALOADER_MODULE = "torch.utils.data.dataloader"

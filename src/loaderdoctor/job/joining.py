@@ -27,7 +27,7 @@ import psutil
 from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.job import hook as jobhook
-from loaderdoctor.job.hook import JOB_ENV, PROCESS_FILE, RESULT_FILE
+from loaderdoctor.job.hook import JOB_ENV, PROCESS_FILE, RESULT_FILE, SO_FAR_RESULT_FILE
 from loaderdoctor.job.loaders import EveryLoader, LoaderRun
 from loaderdoctor.job.process import process_rank
 from loaderdoctor.job.ranks import GUARD_ENV, NAME_ENV, SHUTDOWN_TIMEOUT_S, joined, read_runs
@@ -74,6 +74,7 @@ class JobRun(ScriptRun):
     """A script's run with the loaders of every process of its job, and the processes that could not be watched."""
 
     unwatched: list[UnwatchedProcess] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # the processes whose loaders are what they kept as epochs ended
 
 
 def run_job(
@@ -151,6 +152,20 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
             written.append(read_runs(path))
     wrote = {int(fields["pid"]) for fields, _ in written}
     running = _running(folder)
+    notes = []
+    for path in sorted(folder.glob(SO_FAR_RESULT_FILE.format(pid="*"))):  # those that wrote nothing at their end
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            fields, runs = read_runs(path)
+            pid = int(fields["pid"])
+            if pid in wrote or pid in running or not runs:
+                continue
+            written.append((fields, runs))
+            wrote.add(pid)
+            rank = "" if fields.get("rank") is None else f" (rank {fields['rank']})"
+            seconds = max(run.report.recording.wall_s for run in runs)
+            notes.append(f"process {pid}{rank} ended without writing what it measured (killed, os._exit, or a "
+                         f"crash): its diagnosis covers its first {seconds:.1f} s, as it kept them when an epoch "
+                         "ended")  # fmt: skip
     unwatched = [
         UnwatchedProcess(
             pid, fields.get("rank"), fields.get("error") or _why(pid in running, grace_s), fields.get("argv", "")
@@ -159,7 +174,7 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
         if pid not in wrote
     ]
     if not any(runs for _, runs in written):
-        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched)
+        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched, notes)
     loaders: dict[int, list[LoaderRun]] = {}
     hosts: dict[int, str] = {}
     if run.loaders:  # the script's own: a rank's when it is one (Lightning's rank 0), named so
@@ -180,7 +195,7 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
                 loader.report.name = loader.report.name.removesuffix(f"/rank{their_rank}") + f"/proc{unranked}"
         loaders[key], hosts[key] = runs, str(fields.get("host", ""))
     sizes = [int(fields.get("world_size") or 0) for fields, _ in written]
-    return JobRun(run.exit_status, joined(loaders, hosts, max([*sizes, len(loaders)])), run.ended_by, unwatched)
+    return JobRun(run.exit_status, joined(loaders, hosts, max([*sizes, len(loaders)])), run.ended_by, unwatched, notes)
 
 
 def _wait_for(folder: Path, grace_s: float) -> None:

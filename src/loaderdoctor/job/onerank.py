@@ -94,27 +94,39 @@ class _RankLoaders(EveryLoader):
     _sending = True
 
     def epoch_ended(self) -> None:
-        if not self._sending or self.rank is None or STORE_ENV not in os.environ or RUN_DIR_ENV not in os.environ:
+        if not self._sending:
             return
         started = time.monotonic()
         if self._next_at is not None and started < self._next_at:
             return
+        places = self.so_far_places()
+        if places is None:
+            return
+        out, key, fields = places
         try:
-            text = runs_text(self.runs_so_far(), rank=self.rank, host=socket.gethostname(), so_far=True)
-            out = Path(os.environ[RUN_DIR_ENV]) / SO_FAR_FILE.format(rank=self.rank)
+            text = runs_text(self.runs_so_far(), **fields, so_far=True)
             tmp = out.with_suffix(".tmp")
             tmp.write_text(text)
-            tmp.replace(out)  # this node's copy, for when node 0 is lost
-            if self._store is None:
-                self._store = store_client(os.environ[STORE_ENV])
-            self._store.set(so_far_key(self.rank), text)
-        except Exception as error:  # the store's errors, or a full disk: the rank goes on, and sends at its end
+            tmp.replace(out)  # this node's copy (for when node 0 is lost)
+            if key is not None:
+                if self._store is None:
+                    self._store = store_client(os.environ[STORE_ENV])
+                self._store.set(key, text)
+        except Exception as error:  # the store's errors, or a full disk: the process goes on, and says it at its end
             self._sending = False
-            print(f"loaderdoctor run: rank {self.rank} cannot send what it measured so far to node 0 "
+            print(f"loaderdoctor run: process {os.getpid()} cannot keep what it measured so far "
                   f"({type(error).__name__}: {error})", file=sys.stderr)  # fmt: skip
             return
         took = time.monotonic() - started
         self._next_at = started + max(SO_FAR_EVERY_S, took / SO_FAR_SHARE)
+
+    def so_far_places(self) -> tuple[Path, str | None, dict[str, Any]] | None:
+        """Where what this process measured so far goes: a file of this node's, the key in node 0's store (None:
+        the file only), and the fields written with it; None when it has nowhere to go."""
+        if self.rank is None or STORE_ENV not in os.environ or RUN_DIR_ENV not in os.environ:
+            return None
+        out = Path(os.environ[RUN_DIR_ENV]) / SO_FAR_FILE.format(rank=self.rank)
+        return out, so_far_key(self.rank), {"rank": self.rank, "host": socket.gethostname()}
 
     def close(self) -> list[LoaderRun]:
         if in_main_thread():

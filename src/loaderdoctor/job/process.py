@@ -15,7 +15,7 @@ from typing import Any
 
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
-from loaderdoctor.job.hook import RESULT_FILE, rank_from_environment
+from loaderdoctor.job.hook import RESULT_FILE, SO_FAR_RESULT_FILE, rank_from_environment
 from loaderdoctor.job.onerank import _RankLoaders
 from loaderdoctor.job.ranks import GUARD_ENV, NAME_ENV, ceiling_from_env, ceiling_only_from_env, write_runs
 from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_thread
@@ -105,6 +105,12 @@ class JobProcessLoaders(_RankLoaders):
         """Note where the user's code made `loader` (`frame` called DataLoader.__init__)."""
         if self.active:
             self._note_site(loader, frame)
+
+    def so_far_places(self) -> tuple[Path, str | None, dict[str, Any]] | None:
+        """What this process measured so far goes to the job's folder, read when it writes nothing at its exit
+        (killed, os._exit: a Ray worker ended by Ray)."""
+        fields = {"pid": self.pid, "rank": self.rank, "host": socket.gethostname(), "world_size": world_size()}
+        return self.folder / SO_FAR_RESULT_FILE.format(pid=self.pid), None, fields
 
     def write(self) -> None:
         """End every watch and write what they measured for the job (at this process's exit; a forked child's
