@@ -318,3 +318,37 @@ def test_run_of_a_launcher_watches_the_ranks_it_starts(tmp_path, launcher):
     assert sorted(_loaders(tmp_path)) == [f"{site}/rank0", f"{site}/rank1"], result.stderr
     target = json.loads((tmp_path / "out.json").read_text())["target"]
     assert target.startswith(" ".join(launcher)), target  # the launcher as it was named, not its path
+
+
+ACCELERATE_SCRIPT = """\
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+accelerator = Accelerator(cpu=True)  # no GPU here: gloo across the processes
+loader = accelerator.prepare(DataLoader(torch.arange(256).float(), batch_size=8, num_workers=1))
+for epoch in range(2):
+    for batch in loader:
+        pass
+accelerator.wait_for_everyone()
+print("accelerate done", accelerator.process_index, flush=True)
+"""
+
+
+def test_run_of_accelerate_launch_watches_both_processes(tmp_path):
+    # The README's recipe: `loaderdoctor run accelerate launch --multi_gpu --num_processes 2 ... train.py` (on a
+    # CPU, accelerate's multi-process launch is torchrun's, with gloo).
+    pytest.importorskip("accelerate")
+    _write(tmp_path, "train.py", ACCELERATE_SCRIPT)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    result = _run(["--no-history", "--json", "out.json", "accelerate", "launch", "--multi_gpu", "--num_processes", "2",
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "train.py"], tmp_path,
+                  env={"PATH": path})  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split("\n")) == ["", "accelerate done 0", "accelerate done 1"]
+    site = f"train.py:{_line(ACCELERATE_SCRIPT, 'DataLoader(torch')}"
+    loaders = _loaders(tmp_path)
+    assert sorted(loaders) == [f"{site}/rank0", f"{site}/rank1"], result.stderr
+    assert [loaders[name]["measurements"]["batches"] for name in sorted(loaders)] == [32, 32]  # 256 / 2 / 8 × 2
+    assert "could not be watched" not in result.stderr

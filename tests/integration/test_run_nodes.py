@@ -108,7 +108,7 @@ def test_a_slow_node_is_named_once_on_node_0_with_all_its_ranks(tmp_path, nproc)
         (status0, said0), (status1, said1) = (_ended(process, 120) for process in processes)
     assert (status0, status1) == (0, 0), said0 + said1  # the script's own status, on every node
     words0, words1 = _words(said0), _words(said1)
-    assert f"the job's diagnosis (every rank of every node) is printed on node 0 ({nodes[0].hostname})" in words1
+    assert f"the job's diagnosis (every rank) is printed on node 0 ({nodes[0].hostname})" in words1
     assert "rank-straggler" not in said1 and not (tmp_path / "node1.json").exists()
     report = json.loads((tmp_path / "node0.json").read_text())
     assert sorted(report["loaders"]) == [f"train.py:15/rank{rank}" for rank in range(2 * nproc)]  # the whole job
@@ -205,3 +205,42 @@ def test_an_unsplit_dataset_is_named_as_the_same_data_on_every_node(tmp_path):
     assert len(found) == 1 and found[0]["severity"] == "critical", _words(said0)
     assert found[0]["evidence"]["world_size"] == 2 and found[0]["evidence"]["shared_samples_share"] == 1.0, found
     assert "distributed-sampler" not in said1
+
+
+# The README's Slurm recipes, run on the two nodes with the variables srun gives each task (SLURM_*; MASTER_ADDR as
+# the batch script exports it): one `run --nnodes` per node, and one `run` per rank.
+SLURM_PER_NODE = ('loaderdoctor run --nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --nproc-per-node 1 '
+                  '--rdzv-endpoint "$MASTER_ADDR:29500" --no-history --json job.json train.py')  # fmt: skip
+SLURM_PER_RANK = "loaderdoctor run --no-history --json job.json train_slurm.py"
+# A script as Slurm users write it: its process group from srun's variables.
+SLURM_SCRIPT = SCRIPT.replace(
+    'dist.init_process_group("gloo")',
+    'dist.init_process_group("gloo", init_method=f"tcp://{os.environ[\'MASTER_ADDR\']}:29500", '
+    'rank=int(os.environ["SLURM_PROCID"]), world_size=int(os.environ["SLURM_NTASKS"]))',
+).replace('os.environ["GROUP_RANK"]', 'os.environ["SLURM_NODEID"]')
+
+
+@pytest.mark.parametrize("recipe", [SLURM_PER_NODE, SLURM_PER_RANK], ids=["per-node", "per-rank"])
+def test_the_readmes_slurm_recipes_give_one_diagnosis_of_the_job(tmp_path, recipe):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "train_slurm.py").write_text(SLURM_SCRIPT)
+    bin_dir = Path(sys.executable).parent  # where `loaderdoctor` is, as on a user's PATH
+    with two_nodes() as nodes:
+        processes = []
+        for rank, node in enumerate(nodes):
+            env = {"SLURM_NNODES": "2", "SLURM_NODEID": str(rank), "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
+                   "SLURM_LOCALID": "0", "MASTER_ADDR": nodes[0].address, "SLOW_NODE": "1", "EPOCHS": "2",
+                   "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+            processes.append(subprocess.Popen(
+                node.command(["sh", "-c", recipe]), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, start_new_session=True, env={**os.environ, **env},
+            ))  # fmt: skip
+        (status0, said0), (status1, said1) = (_ended(process, 120) for process in processes)
+        assert left_in(nodes[0]) == [] and left_in(nodes[1]) == []
+    assert (status0, status1) == (0, 0), said0 + said1
+    assert "the job's diagnosis (every rank) is printed on" in _words(said1), said1
+    report = json.loads((tmp_path / "job.json").read_text())
+    assert len(report["loaders"]) == 2, report["loaders"].keys()
+    (straggler,) = [f for lr in report["loaders"].values() for f in lr["findings"] if f["rule"] == "rank-straggler"]
+    assert straggler["evidence"]["ranks"] == [1] and straggler["evidence"]["host"] == nodes[1].hostname
+    assert _words(said0).index("the job: loader") < _words(said0).index("/rank0'")

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 every = EveryLoader(
                     guarded=args.guard, name=args.name, ceiling=args.ceiling, ceiling_only=args.ceiling_only
                 )
-                result = run_job(script, every, guarded=args.guard, name=args.name, presses=presses)
+                result = run_job(script, every, guarded=args.guard, name=args.name, presses=presses, say=_say(err))
         try:
             with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
                 _summarize(result, script, args, err)
@@ -208,13 +208,14 @@ def _script(args: argparse.Namespace) -> Script:
 
 def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err: Console) -> None:
     """The summary on stderr, the runs kept in the history, the --json and --html files, the --log-to trackers."""
-    if isinstance(result, RanksRun) and result.diagnosed_on is not None:
+    if result.diagnosed_on is not None:
+        here = "this node's ranks" if isinstance(result, RanksRun) else "this rank"
         err.print()
-        err.print(f"loaderdoctor run: the job's diagnosis (every rank of every node) is printed on node 0 "
-                  f"({result.diagnosed_on}); this node's ranks ended with exit status {result.exit_status}"
-                  + (f", by {result.ended_by}" if result.ended_by else ""), markup=False)  # fmt: skip
+        err.print(f"loaderdoctor run: the job's diagnosis (every rank) is printed on {result.diagnosed_on}; {here} "
+                  f"ended with exit status {result.exit_status}" + (f", by {result.ended_by}" if result.ended_by
+                  else ""), markup=False)  # fmt: skip
         if args.json is not None or args.html is not None:
-            err.print("loaderdoctor run: --json and --html are written on node 0", markup=False)
+            err.print(f"loaderdoctor run: --json and --html are written on {result.diagnosed_on}", markup=False)
         return
     if not args.no_history:
         for loader in result.loaders:

@@ -40,6 +40,17 @@ def runs_from_text(text: str | bytes) -> tuple[dict[str, Any], list[LoaderRun]]:
     return data, [LoaderRun.from_dict(item) for item in data.pop("loaders")]
 
 
+def read_sent(store: Any, key: str) -> tuple[dict[str, Any], list[LoaderRun]] | None:
+    """What a process sent under `key` in the job's store (runs_text's fields and loaders), None when nothing is
+    there yet; ValueError for a text over MAX_RANK_BYTES or damaged, and the store's own errors."""
+    if not store.check([key]):
+        return None
+    raw = store.get(key)
+    if len(raw) > MAX_RANK_BYTES:
+        raise ValueError(f"{len(raw)} bytes, more than {MAX_RANK_BYTES}")
+    return runs_from_text(raw)
+
+
 @dataclass
 class NodeEnd:
     """How one node's ranks ended, as its launcher said (or as node 0 found: `lost_after_s` when its heartbeat
@@ -106,15 +117,13 @@ def gather(
     for rank in range(world_size):
         for key in (rank_key(rank), so_far_key(rank)):  # what it sent at its end, else what it sent before
             try:
-                if not meeting.store.check([key]):
-                    continue
-                raw = meeting.store.get(key)
-                if len(raw) > MAX_RANK_BYTES:
-                    raise ValueError(f"{len(raw)} bytes, more than {MAX_RANK_BYTES}")
-                fields, runs = runs_from_text(raw)
+                sent = read_sent(meeting.store, key)
             except Exception as error:  # a damaged or oversized text, or the store's errors
                 gathered.problems.append(f"what rank {rank} sent could not be read ({type(error).__name__}: {error})")
                 continue
+            if sent is None:
+                continue
+            fields, runs = sent
             gathered.loaders[rank], gathered.hosts[rank] = runs, str(fields.get("host", ""))
             if fields.get("so_far"):
                 gathered.so_far[rank] = max((run.report.recording.wall_s for run in runs), default=0.0)

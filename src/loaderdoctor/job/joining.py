@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,10 @@ from loaderdoctor.job.loaders import EveryLoader, LoaderRun
 from loaderdoctor.job.process import process_rank
 from loaderdoctor.job.ranks import GUARD_ENV, NAME_ENV, SHUTDOWN_TIMEOUT_S, joined, read_runs
 from loaderdoctor.job.script import Script, ScriptRun, run_script
+from loaderdoctor.job.scriptranks import WAIT_S, meet_at_end
 from loaderdoctor.report import UnwatchedProcess
 from loaderdoctor.tap.signals import SignalRaises
+from loaderdoctor.watch.rankceilings import JobStore
 
 # How long, once the script has ended, the job's processes that still run get to end and write what they measured
 # (Lightning's rank 1 ends a moment after rank 0, the script, does).
@@ -85,9 +87,11 @@ def run_job(
     name: str | None,
     grace_s: float = GRACE_S,
     presses: SignalRaises | None = None,
+    say: Callable[[str], None] = lambda text: None,
 ) -> JobRun:
     """Run `script` here (as run_script does, `presses` told) with its job marked: its own loaders, and those of
-    every process it started that wrote, joined; the processes that could not be watched named."""
+    every process it started that wrote, joined; the processes that could not be watched named. `say` tells of a
+    wait for the job's other ranks, when the script is one."""
     try:
         folder = Path(make_private_folder("loaderdoctor-job-"))
     except OSError as error:
@@ -99,7 +103,7 @@ def run_job(
         _write_hook(folder)
         with _marked(folder, guarded=guarded, name=name):
             run = run_script(script, every, presses)
-        return _joined(run, folder, process_rank(), grace_s)
+        return _joined(run, folder, process_rank(), grace_s, every.job, say)
     finally:
         remove_folder(folder)
 
@@ -139,9 +143,17 @@ def _marked(folder: Path, *, guarded: bool, name: str | None) -> Iterator[None]:
                 os.environ[variable] = value
 
 
-def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> JobRun:
+def _joined(
+    run: ScriptRun,
+    folder: Path,
+    rank: int | None,
+    grace_s: float,
+    job: JobStore | None = None,
+    say: Callable[[str], None] = lambda text: None,
+) -> JobRun:
     """The script's run with what its job's processes wrote, once those still running have ended (or `grace_s`
-    has passed); as it was when none registered."""
+    has passed); as it was when none registered. When the script is one rank of a distributed `job`, the ranks
+    meet at the end (scriptranks.py): rank 0's run has them all, the others' none (said to be on rank 0)."""
     if run.ended_by in ("Ctrl-C", "SIGTERM"):  # its processes got it too (Ctrl-C), or will not end by themselves
         grace_s = min(grace_s, SIGNALLED_GRACE_S)
     _wait_for(folder, grace_s)
@@ -173,8 +185,12 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
         for pid, fields in sorted(registered.items(), key=lambda item: (_rank_order(item[1]), item[0]))
         if pid not in wrote
     ]
-    if not any(runs for _, runs in written):
-        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched, notes)
+    ranked = job is not None and job.world > 1  # the script is one rank of a job: the ranks meet at the end
+    if not any(runs for _, runs in written) and not ranked:
+        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched=unwatched, notes=notes)
+    if ranked:
+        assert job is not None
+        rank = job.rank  # as it was while the process group lived (the script may have destroyed it)
     loaders: dict[int, list[LoaderRun]] = {}
     hosts: dict[int, str] = {}
     if run.loaders:  # the script's own: a rank's when it is one (Lightning's rank 0), named so
@@ -195,7 +211,22 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
                 loader.report.name = loader.report.name.removesuffix(f"/rank{their_rank}") + f"/proc{unranked}"
         loaders[key], hosts[key] = runs, str(fields.get("host", ""))
     sizes = [int(fields.get("world_size") or 0) for fields, _ in written]
-    return JobRun(run.exit_status, joined(loaders, hosts, max([*sizes, len(loaders)])), run.ended_by, unwatched, notes)
+    if ranked:
+        assert job is not None and rank is not None
+        have = {
+            key for key, runs in loaders.items() if runs and any(r.report.name.endswith(f"/rank{key}") for r in runs)
+        }
+        met = meet_at_end(job, loaders.get(rank, []), have, say=say)
+        notes += met.problems
+        if met.sent:
+            return JobRun(run.exit_status, [], run.ended_by, "rank 0", unwatched=unwatched, notes=notes)
+        loaders.update(met.loaders)
+        hosts.update(met.hosts)
+        notes += [f"rank {missing} sent nothing within {WAIT_S:g} s (not run under loaderdoctor run, or it still "
+                  "runs): the job's diagnosis leaves it out" for missing in met.missing]  # fmt: skip
+        sizes.append(job.world)
+    runs = joined(loaders, hosts, max([*sizes, len(loaders)]))
+    return JobRun(run.exit_status, runs, run.ended_by, unwatched=unwatched, notes=notes)
 
 
 def _wait_for(folder: Path, grace_s: float) -> None:

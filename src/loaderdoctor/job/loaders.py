@@ -37,6 +37,7 @@ from loaderdoctor.job.sites import creation_site
 from loaderdoctor.plain.usercode import is_own_file
 from loaderdoctor.report import LoaderReport
 from loaderdoctor.tap.iterator import shutdown
+from loaderdoctor.watch.rankceilings import JobStore, job_store
 from loaderdoctor.watch.watched import WatchedLoader
 
 log = logging.getLogger("loaderdoctor")
@@ -82,6 +83,9 @@ class EveryLoader:
         self._dispatch_hook: tuple[type, Callable[[Any], Iterator[Any]], Callable[[Any], Iterator[Any]]] | None = None
         self._opened: dict[Any, Iterator[Any]] = {}  # a dispatcher's DataLoader -> torch's iterator opened for it
         self.active = False
+        # The job's store and this process's place in it, as the first watched loader was iterated (None outside a
+        # distributed run): where a script that is one rank of a job meets the others at its end (scriptranks.py).
+        self.job: JobStore | None = None
 
     def install(self) -> None:
         """Hook torch's DataLoader: from now on every loader made is watched when iterated."""
@@ -209,6 +213,8 @@ class EveryLoader:
             self._watched[loader] = watched
             self.watches.append(watched)
             watched.when_an_epoch_ends(self.epoch_ended)
+            if self.job is None:
+                self.job = _job_now()
             return watched
 
     def _make_watch(self, loader: Any, name: str, dispatcher: tuple[Any, Any] | None) -> WatchedLoader:
@@ -284,6 +290,14 @@ class DispatchedEpoch:
         if name.startswith("__") or name in ("batches", "torch_iterator"):
             raise AttributeError(name)
         return getattr(self.torch_iterator, name)
+
+
+def _job_now() -> JobStore | None:
+    try:
+        return job_store()
+    except Exception as error:  # a process group being torn down: no job to meet
+        log.debug("loaderdoctor run: no job store: %s", error)
+        return None
 
 
 def _pop(opened: dict[Any, Iterator[Any]], loader: Any) -> Iterator[Any] | None:

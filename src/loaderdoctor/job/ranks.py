@@ -72,7 +72,6 @@ class RanksRun(ScriptRun):
     could, or never started), how the other nodes ended, and what could not be read."""
 
     silent_ranks: list[int] = field(default_factory=list)
-    diagnosed_on: str | None = None  # on a node other than 0: node 0's host, where the diagnosis is printed
     node_ends: list[NodeEnd] = field(default_factory=list)
     rank_ends: dict[int, str] = field(default_factory=dict)  # rank -> how it ended, when not by itself
     problems: list[str] = field(default_factory=list)
@@ -165,10 +164,10 @@ def run_ranks(
                 end = NodeEnd(topology.node_rank, socket.gethostname(), status, ended_by,
                               {str(rank): how for rank, how in rank_ends.items()})  # fmt: skip
                 tell_end(meeting, end)
-                return RanksRun(status, [], ended_by, diagnosed_on=meeting.host(0), rank_ends=rank_ends)
+                return RanksRun(status, [], ended_by, f"node 0 ({meeting.host(0)})", rank_ends=rank_ends)
             loaders, hosts, so_far = _written(work)  # node 0 is gone: this node's own ranks, as they wrote them
             silent = [rank for rank in mine if rank not in loaders]
-            return RanksRun(status, joined(loaders, hosts, topology.world_size), ended_by, silent,
+            return RanksRun(status, joined(loaders, hosts, topology.world_size), ended_by, silent_ranks=silent,
                             rank_ends=rank_ends, so_far=so_far)  # fmt: skip
         gathered = gather(meeting, heartbeat, topology.world_size, say=say)
         loaders, hosts = gathered.loaders, gathered.hosts
@@ -188,8 +187,8 @@ def run_ranks(
                 status, ended_by = node_end.exit_status, node_end.ended_by or f"node {node_end.node} failing"
         silent = [rank for rank in range(topology.world_size) if rank not in loaders]
         joined_runs = joined(loaders, hosts, topology.world_size)
-        return RanksRun(status, joined_runs, ended_by, silent, None, gathered.node_ends, rank_ends,
-                        gathered.problems, gathered.so_far)  # fmt: skip
+        return RanksRun(status, joined_runs, ended_by, silent_ranks=silent, node_ends=gathered.node_ends,
+                        rank_ends=rank_ends, problems=gathered.problems, so_far=gathered.so_far)  # fmt: skip
     finally:
         heartbeat.__exit__()
         remove_folder(work)

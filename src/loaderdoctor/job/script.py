@@ -82,6 +82,7 @@ class ScriptRun:
     exit_status: int
     loaders: list[LoaderRun] = field(default_factory=list)
     ended_by: str | None = None  # "an exception", "Ctrl-C", "SIGTERM", or None when it ran to its end or exit()
+    diagnosed_on: str | None = None  # where the job's diagnosis is, when not here (node 0, rank 0)
 
 
 def presses_of_ctrl_c() -> SignalRaises:
