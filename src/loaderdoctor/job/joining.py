@@ -152,7 +152,7 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
             written.append(read_runs(path))
     wrote = {int(fields["pid"]) for fields, _ in written}
     running = _running(folder)
-    notes = []
+    notes: list[tuple[tuple[bool, int], int, str]] = []
     for path in sorted(folder.glob(SO_FAR_RESULT_FILE.format(pid="*"))):  # those that wrote nothing at their end
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             fields, runs = read_runs(path)
@@ -161,11 +161,8 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
                 continue
             written.append((fields, runs))
             wrote.add(pid)
-            rank = "" if fields.get("rank") is None else f" (rank {fields['rank']})"
-            seconds = max(run.report.recording.wall_s for run in runs)
-            notes.append(f"process {pid}{rank} ended without writing what it measured (killed, os._exit, or a "
-                         f"crash): its diagnosis covers its first {seconds:.1f} s, as it kept them when an epoch "
-                         "ended")  # fmt: skip
+            notes.append((_rank_order(fields), pid, _ended_unwritten(fields, runs)))
+    said = [note for *_, note in sorted(notes)]  # by rank
     unwatched = [
         UnwatchedProcess(
             pid, fields.get("rank"), fields.get("error") or _why(pid in running, grace_s), fields.get("argv", "")
@@ -174,7 +171,7 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
         if pid not in wrote
     ]
     if not any(runs for _, runs in written):
-        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched, notes)
+        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched, said)
     loaders: dict[int, list[LoaderRun]] = {}
     hosts: dict[int, str] = {}
     if run.loaders:  # the script's own: a rank's when it is one (Lightning's rank 0), named so
@@ -195,7 +192,19 @@ def _joined(run: ScriptRun, folder: Path, rank: int | None, grace_s: float) -> J
                 loader.report.name = loader.report.name.removesuffix(f"/rank{their_rank}") + f"/proc{unranked}"
         loaders[key], hosts[key] = runs, str(fields.get("host", ""))
     sizes = [int(fields.get("world_size") or 0) for fields, _ in written]
-    return JobRun(run.exit_status, joined(loaders, hosts, max([*sizes, len(loaders)])), run.ended_by, unwatched, notes)
+    return JobRun(run.exit_status, joined(loaders, hosts, max([*sizes, len(loaders)])), run.ended_by, unwatched, said)
+
+
+def _ended_unwritten(fields: dict[str, Any], runs: list[LoaderRun]) -> str:
+    """How a process that wrote nothing at its exit ended, and what its diagnosis covers (what it kept last)."""
+    rank = "" if fields.get("rank") is None else f" (rank {fields['rank']})"
+    seconds = max(run.report.recording.wall_s for run in runs)
+    if fields.get("left_group"):  # Ray Train ends its workers so, once their training is over
+        return (f"process {fields['pid']}{rank} ended without writing what it measured at its exit, after it left "
+                f"its process group (as Ray ends its workers): its diagnosis covers all of its {seconds:.1f} s, up to "
+                "its last epoch's end, kept as it left")  # fmt: skip
+    return (f"process {fields['pid']}{rank} ended without writing what it measured (killed, os._exit, or a crash): "
+            f"its diagnosis covers its first {seconds:.1f} s, as it kept them when an epoch ended")  # fmt: skip
 
 
 def _wait_for(folder: Path, grace_s: float) -> None:
