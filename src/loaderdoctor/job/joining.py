@@ -164,7 +164,7 @@ def _joined(
             written.append(read_runs(path))
     wrote = {int(fields["pid"]) for fields, _ in written}
     running = _running(folder)
-    notes = []
+    notes: list[tuple[tuple[bool, int], int, str]] = []
     for path in sorted(folder.glob(SO_FAR_RESULT_FILE.format(pid="*"))):  # those that wrote nothing at their end
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             fields, runs = read_runs(path)
@@ -173,11 +173,8 @@ def _joined(
                 continue
             written.append((fields, runs))
             wrote.add(pid)
-            rank = "" if fields.get("rank") is None else f" (rank {fields['rank']})"
-            seconds = max(run.report.recording.wall_s for run in runs)
-            notes.append(f"process {pid}{rank} ended without writing what it measured (killed, os._exit, or a "
-                         f"crash): its diagnosis covers its first {seconds:.1f} s, as it kept them when an epoch "
-                         "ended")  # fmt: skip
+            notes.append((_rank_order(fields), pid, _ended_unwritten(fields, runs)))
+    said = [note for *_, note in sorted(notes)]  # by rank
     unwatched = [
         UnwatchedProcess(
             pid, fields.get("rank"), fields.get("error") or _why(pid in running, grace_s), fields.get("argv", "")
@@ -187,7 +184,7 @@ def _joined(
     ]
     ranked = job is not None and job.world > 1  # the script is one rank of a job: the ranks meet at the end
     if not any(runs for _, runs in written) and not ranked:
-        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched=unwatched, notes=notes)
+        return JobRun(run.exit_status, run.loaders, run.ended_by, unwatched=unwatched, notes=said)
     if ranked:
         assert job is not None
         rank = job.rank  # as it was while the process group lived (the script may have destroyed it)
@@ -217,16 +214,28 @@ def _joined(
             key for key, runs in loaders.items() if runs and any(r.report.name.endswith(f"/rank{key}") for r in runs)
         }
         met = meet_at_end(job, loaders.get(rank, []), have, say=say)
-        notes += met.problems
+        said += met.problems
         if met.sent:
-            return JobRun(run.exit_status, [], run.ended_by, "rank 0", unwatched=unwatched, notes=notes)
+            return JobRun(run.exit_status, [], run.ended_by, "rank 0", unwatched=unwatched, notes=said)
         loaders.update(met.loaders)
         hosts.update(met.hosts)
-        notes += [f"rank {missing} sent nothing within {WAIT_S:g} s (not run under loaderdoctor run, or it still "
+        said += [f"rank {missing} sent nothing within {WAIT_S:g} s (not run under loaderdoctor run, or it still "
                   "runs): the job's diagnosis leaves it out" for missing in met.missing]  # fmt: skip
         sizes.append(job.world)
     runs = joined(loaders, hosts, max([*sizes, len(loaders)]))
-    return JobRun(run.exit_status, runs, run.ended_by, unwatched=unwatched, notes=notes)
+    return JobRun(run.exit_status, runs, run.ended_by, unwatched=unwatched, notes=said)
+
+
+def _ended_unwritten(fields: dict[str, Any], runs: list[LoaderRun]) -> str:
+    """How a process that wrote nothing at its exit ended, and what its diagnosis covers (what it kept last)."""
+    rank = "" if fields.get("rank") is None else f" (rank {fields['rank']})"
+    seconds = max(run.report.recording.wall_s for run in runs)
+    if fields.get("left_group"):  # Ray Train ends its workers so, once their training is over
+        return (f"process {fields['pid']}{rank} ended without writing what it measured at its exit, after it left "
+                f"its process group (as Ray ends its workers): its diagnosis covers all of its {seconds:.1f} s, up to "
+                "its last epoch's end, kept as it left")  # fmt: skip
+    return (f"process {fields['pid']}{rank} ended without writing what it measured (killed, os._exit, or a crash): "
+            f"its diagnosis covers its first {seconds:.1f} s, as it kept them when an epoch ended")  # fmt: skip
 
 
 def _wait_for(folder: Path, grace_s: float) -> None:

@@ -94,17 +94,20 @@ class _RankLoaders(EveryLoader):
     _sending = True
 
     def epoch_ended(self) -> None:
+        if self._next_at is None or time.monotonic() >= self._next_at:
+            self.send_so_far()
+
+    def send_so_far(self, **more: Any) -> None:
+        """What this process measured so far sent now (and kept in this node's file), `more` written with it."""
         if not self._sending:
             return
         started = time.monotonic()
-        if self._next_at is not None and started < self._next_at:
-            return
         places = self.so_far_places()
         if places is None:
             return
         out, key, fields = places
         try:
-            text = runs_text(self.runs_so_far(), **fields, so_far=True)
+            text = runs_text(self.runs_so_far(), **fields, **more, so_far=True)
             tmp = out.with_suffix(".tmp")
             tmp.write_text(text)
             tmp.replace(out)  # this node's copy (for when node 0 is lost)

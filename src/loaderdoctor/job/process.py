@@ -1,10 +1,13 @@
-"""A process of a `loaderdoctor run` job that made a DataLoader (a rank that Lightning, torchrun, accelerate or
-mp.spawn started): its loaders watched as a `--nproc-per-node` rank's are, and written to the job's folder when it
-exits (atexit; SIGTERM ends it as an exit, as it ends a rank's script)."""
+"""A process of a `loaderdoctor run` job that made a DataLoader (a rank that Lightning, torchrun, accelerate,
+mp.spawn or Ray Train started): its loaders watched as a `--nproc-per-node` rank's are, and written to the job's
+folder when it exits (atexit; SIGTERM ends it as an exit, as it ends a rank's script). What it measured so far is
+kept there too as its epochs end, and as it destroys its default process group: Ray Train's worker does so once
+its training is over, then Ray ends it with no exit (no atexit)."""
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import socket
@@ -61,7 +64,26 @@ def watch_here(folder: str, register: Register) -> JobProcessLoaders:
     if in_main_thread():  # unless the program has a handler of its own: SIGTERM is an exit, atexit then writes
         SignalRaises(signal.SIGTERM, _exit).install()
     atexit.register(every.write)
+    _keep_as_the_group_ends(every)
     return every
+
+
+def _keep_as_the_group_ends(every: JobProcessLoaders) -> None:
+    """torch.distributed.destroy_process_group() of the default group keeps what `every` measured so far first (a
+    rank's training is over: Ray Train's worker is ended right after, with no exit)."""
+    dist = sys.modules.get("torch.distributed")
+    original = getattr(dist, "destroy_process_group", None)
+    if original is None or getattr(original, "_loaderdoctor_keeps", False):
+        return
+
+    @functools.wraps(original)
+    def destroy_process_group(group: Any = None) -> None:
+        if group is None and os.getpid() == every.pid:
+            every.left_group()
+        original(group)
+
+    destroy_process_group._loaderdoctor_keeps = True  # type: ignore[attr-defined]
+    dist.destroy_process_group = destroy_process_group  # type: ignore[union-attr]
 
 
 def _exit(signum: int) -> BaseException:
@@ -111,6 +133,16 @@ class JobProcessLoaders(_RankLoaders):
         (killed, os._exit: a Ray worker ended by Ray)."""
         fields = {"pid": self.pid, "rank": self.rank, "host": socket.gethostname(), "world_size": world_size()}
         return self.folder / SO_FAR_RESULT_FILE.format(pid=self.pid), None, fields
+
+    def left_group(self) -> None:
+        """The process leaves its default process group: what it measured so far is kept now, whenever it was kept
+        last. Never raises."""
+        try:
+            if self.active:
+                self.send_so_far(left_group=True)
+        except Exception as error:  # the group goes on to its end
+            print(f"loaderdoctor: process {self.pid} could not keep what it measured: {type(error).__name__}: "
+                  f"{error}", file=sys.stderr)  # fmt: skip
 
     def write(self) -> None:
         """End every watch and write what they measured for the job (at this process's exit; a forked child's

@@ -302,13 +302,20 @@ class RunRecorder:
     # The end
 
     def so_far(self, settings: Settings | None = None, poller: Any = None) -> Recording:
-        """A copy of the Recording of the run so far, as finish() gives it, the run going on (taken at an epoch's
-        end, when no epoch is open: an open one is left out, as its batches are)."""
+        """A copy of the Recording of the run up to its last epoch's end, as finish() gives it, the run going on
+        (taken at an epoch's end, or later: an open epoch is left out, as its batches are, and so is what came
+        after the last epoch's end, Ray Train's shutdown after a worker's training, say)."""
         rec = Recording.from_dict(self.rec.to_dict())
         open_epoch = self.book.open.epoch if self.book.open is not None else None
         if open_epoch is not None:
             rec.batches = [b for b in rec.batches if b.epoch != open_epoch]
-        self._complete(rec, self.clock(), settings, poller)
+        ended = [epoch for epoch in rec.epochs if epoch.epoch != open_epoch]
+        now = self.clock()
+        if ended:
+            now = min(now, self.started + max(epoch.started_s + epoch.wall_s for epoch in ended))
+        self._complete(rec, now, settings, poller)
+        rec.host_samples = [reading for reading in rec.host_samples if reading.t_s <= rec.wall_s]
+        rec.worker_samples = [reading for reading in rec.worker_samples if reading.t_s <= rec.wall_s]
         return rec
 
     def finish(self, settings: Settings | None = None, poller: Any = None) -> Recording:

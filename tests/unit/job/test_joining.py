@@ -140,3 +140,34 @@ def test_the_hook_written_for_a_job_loads_this_hook(tmp_path):
     compile(text, "sitecustomize.py", "exec")
     assert repr(os.path.realpath(jobhook.__file__)) in text
     assert list((tmp_path / "__pycache__").iterdir())  # compiled: no process of the job writes it
+
+
+def test_leaving_the_default_process_group_keeps_what_was_measured_first(monkeypatch):
+    from types import SimpleNamespace
+
+    from loaderdoctor.job import process
+
+    calls = []
+    dist = SimpleNamespace(destroy_process_group=lambda group=None: calls.append(("destroyed", group)))
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    every = SimpleNamespace(pid=os.getpid(), left_group=lambda: calls.append(("kept", None)))
+    process._keep_as_the_group_ends(every)
+    process._keep_as_the_group_ends(every)  # wrapped once
+    dist.destroy_process_group()
+    dist.destroy_process_group("a subgroup")  # not the process leaving its job
+    assert calls == [("kept", None), ("destroyed", None), ("destroyed", "a subgroup")]
+
+
+@pytest.mark.parametrize("left_group", [True, False])
+def test_a_process_that_wrote_nothing_at_its_exit_is_said_by_how_it_kept_what_it_measured(left_group):
+    from types import SimpleNamespace
+
+    runs = [SimpleNamespace(report=SimpleNamespace(recording=SimpleNamespace(wall_s=wall_s))) for wall_s in (1.5, 1.2)]
+    said = job._ended_unwritten({"pid": 7, "rank": 1, "left_group": left_group}, runs)  # type: ignore[arg-type]
+    if left_group:  # Ray Train's worker, ended by Ray once its training is over
+        assert said == ("process 7 (rank 1) ended without writing what it measured at its exit, after it left its "
+                        "process group (as Ray ends its workers): its diagnosis covers all of its 1.5 s, up to its "
+                        "last epoch's end, kept as it left")  # fmt: skip
+    else:
+        assert said.startswith("process 7 (rank 1) ended without writing what it measured (killed, os._exit, or a")
+        assert said.endswith("its diagnosis covers its first 1.5 s, as it kept them when an epoch ended")
