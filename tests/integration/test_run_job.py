@@ -321,6 +321,7 @@ def test_run_of_a_launcher_watches_the_ranks_it_starts(tmp_path, launcher):
 
 
 ACCELERATE_SCRIPT = """\
+import sys
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
@@ -331,7 +332,8 @@ for epoch in range(2):
     for batch in loader:
         pass
 accelerator.wait_for_everyone()
-print("accelerate done", accelerator.process_index, flush=True)
+sys.stdout.write(f"accelerate done {accelerator.process_index}\\n")  # one write: the two ranks share the pipe
+sys.stdout.flush()
 """
 
 
