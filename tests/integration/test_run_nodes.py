@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from twonodes import Node, cut_link, kill_node, left_in, skip_reason, two_nodes
+
+from harness.twonodes import Node, cut_link, kill_node, left_in, skip_reason, two_nodes
 
 pytestmark = [
     pytest.mark.workers,

@@ -31,8 +31,8 @@ from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_t
 
 # How often a rank sends what it measured so far (at an epoch's end): a rank that ends abnormally leaves that. At
 # most every SO_FAR_EVERY_S, and spaced so that sending takes at most SO_FAR_SHARE of the rank's time.
-SO_FAR_EVERY_S = 2.0
-SO_FAR_SHARE = 0.01
+SO_FAR_EVERY_S = 10.0
+SO_FAR_SHARE = 0.005
 
 
 def rank_main(argv: list[str]) -> int:

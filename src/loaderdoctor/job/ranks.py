@@ -1,8 +1,10 @@
-"""A script run as N ranks, as torchrun runs it: torch.distributed's elastic launcher starts `python -m
-loaderdoctor.job SCRIPT ARGS` (job/__main__.py) in each rank (the script's output goes where torchrun's would); each
-rank runs the script with its loaders watched and writes what it measured to a file of its own; this node's
-ranks' loaders are then joined here, and rank-straggler judged across the ranks of each loader. SIGTERM or
-Ctrl-C to the launching process ends every rank as it ends one `python train.py` (see RankEnds)."""
+"""A script run as N ranks on each of the job's nodes, as torchrun runs it: once the nodes met in the job's store
+(job/meeting.py), torch.distributed's elastic launcher starts `python -m loaderdoctor.job SCRIPT ARGS`
+(job/__main__.py, job/onerank.py) in each rank (the script's output goes where torchrun's would); each rank runs
+the script with its loaders watched and sends what it measured to node 0 through that store; node 0 gathers every
+rank of the job (job/gathering.py) and joins them here, the rules across ranks judged on each loader's ranks; the
+other nodes say where that is. SIGTERM or Ctrl-C to the launching process ends every rank of its node as it ends one
+`python train.py` (see RankEnds); a node lost (its heartbeat) ends them too."""
 
 from __future__ import annotations
 
