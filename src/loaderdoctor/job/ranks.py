@@ -105,62 +105,63 @@ def run_ranks(
     meeting = meet(host, port, node_rank=topology.node_rank, nnodes=topology.nnodes, timeout_s=rdzv_timeout_s,
                    say=say)  # fmt: skip
     work = Path(make_private_folder("loaderdoctor-run-"))
-    config = static_launch_config(
-        topology,
-        endpoint=meeting.endpoint,
-        run_id="loaderdoctor-run",
-        log_dir=str(work / "logs"),
-        rendezvous_timeout_s=RENDEZVOUS_TIMEOUT_S,
-        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
-        keep_output=False,  # the script's output goes where torchrun's would
-    )
-    config = dataclasses.replace(config, signals_to_handle="SIGHUP,SIGQUIT")  # SIGTERM and SIGINT: RankEnds
-    environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or "",
-               STORE_ENV: meeting.endpoint}  # fmt: skip
-    if topology.ranks > 1:
-        environ.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # as torchrun sets it
-    # The launcher sets TORCHELASTIC_SIGNALS_TO_HANDLE for the signals it handles: put back afterwards too.
-    saved = {variable: os.environ.get(variable) for variable in [*environ, TORCH_SIGNALS_ENV]}
-    os.environ.update(environ)
-    # The launcher's loggers, each with a level of its own (torch sets one per module)
-    launcher = ("torch.distributed.elastic", "torch.distributed.launcher")
-    names = {*launcher, *(name for name in logging.root.manager.loggerDict if name.startswith(launcher))}
-    quiet = [logging.getLogger(name) for name in sorted(names)]
-    levels = [logger.level for logger in quiet]
-    for logger in quiet:
-        logger.setLevel(logging.ERROR)  # the launcher's own chatter; a rank's failure comes back as its status
-    status, ended_by = 0, None
-    rank_ends: dict[int, str] = {}
-    ends = RankEnds(SHUTDOWN_TIMEOUT_S)
-    heartbeat = Heartbeat(meeting, lambda node, seconds: ends.end_now(LOST_GRACE_S)).__enter__()
+    heartbeat: Heartbeat | None = None
     try:
-        with ends:
-            elastic_launch(config, sys.executable)("-m", RANK_MODULE, *script.argv())
-    except ChildFailedError as error:
-        failed_rank, first = _first_failure(error.failures)
-        status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
-        ended_by = f"rank {failed_rank} failing"
-        rank_ends = {rank: _how(failure.exitcode) for rank, failure in error.failures.items()}
-    except SignalException as error:  # SIGHUP or SIGQUIT, by torch's launcher; SIGTERM and SIGINT by RankEnds
-        status, ended_by = 128 + int(error.sigval), signal.Signals(error.sigval).name
-    except OSError as error:  # a rank could not be started (no fork: too many processes, no memory)
-        status, ended_by = 1, f"a failure to start the ranks ({type(error).__name__}: {error})"
-    finally:
-        for logger, level in zip(quiet, levels, strict=True):
-            logger.setLevel(level)
-        for variable, value in saved.items():
-            if value is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = value
-    if ends.received is not None:  # whatever the ranks' statuses: the script was ended by the signal
-        status, ended_by = 128 + ends.received, _SAID[ends.received]
-    if heartbeat.lost_node is not None:
-        lost = heartbeat.lost_node
-        status, ended_by = 1, f"node {lost} ({meeting.host(lost)}) being lost: its heartbeat stopped"
-    first = topology.node_rank * topology.ranks
-    mine = range(first, first + topology.ranks)
-    try:
+        config = static_launch_config(
+            topology,
+            endpoint=meeting.endpoint,
+            run_id="loaderdoctor-run",
+            log_dir=str(work / "logs"),
+            rendezvous_timeout_s=RENDEZVOUS_TIMEOUT_S,
+            shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+            keep_output=False,  # the script's output goes where torchrun's would
+        )
+        config = dataclasses.replace(config, signals_to_handle="SIGHUP,SIGQUIT")  # SIGTERM and SIGINT: RankEnds
+        environ = {RUN_DIR_ENV: str(work), GUARD_ENV: "1" if guarded else "", NAME_ENV: name or "",
+                   STORE_ENV: meeting.endpoint}  # fmt: skip
+        if topology.ranks > 1:
+            environ.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # as torchrun sets it
+        # The launcher sets TORCHELASTIC_SIGNALS_TO_HANDLE for the signals it handles: put back afterwards too.
+        saved = {variable: os.environ.get(variable) for variable in [*environ, TORCH_SIGNALS_ENV]}
+        os.environ.update(environ)
+        # The launcher's loggers, each with a level of its own (torch sets one per module)
+        launcher = ("torch.distributed.elastic", "torch.distributed.launcher")
+        names = {*launcher, *(name for name in logging.root.manager.loggerDict if name.startswith(launcher))}
+        quiet = [logging.getLogger(name) for name in sorted(names)]
+        levels = [logger.level for logger in quiet]
+        for logger in quiet:
+            logger.setLevel(logging.ERROR)  # the launcher's own chatter; a rank's failure comes back as its status
+        status, ended_by = 0, None
+        rank_ends: dict[int, str] = {}
+        ends = RankEnds(SHUTDOWN_TIMEOUT_S)
+        heartbeat = Heartbeat(meeting, lambda node, seconds: ends.end_now(LOST_GRACE_S)).__enter__()
+        try:
+            with ends:
+                elastic_launch(config, sys.executable)("-m", RANK_MODULE, *script.argv())
+        except ChildFailedError as error:
+            failed_rank, first = _first_failure(error.failures)
+            status = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
+            ended_by = f"rank {failed_rank} failing"
+            rank_ends = {rank: _how(failure.exitcode) for rank, failure in error.failures.items()}
+        except SignalException as error:  # SIGHUP or SIGQUIT, by torch's launcher; SIGTERM and SIGINT by RankEnds
+            status, ended_by = 128 + int(error.sigval), signal.Signals(error.sigval).name
+        except OSError as error:  # a rank could not be started (no fork: too many processes, no memory)
+            status, ended_by = 1, f"a failure to start the ranks ({type(error).__name__}: {error})"
+        finally:
+            for logger, level in zip(quiet, levels, strict=True):
+                logger.setLevel(level)
+            for variable, value in saved.items():
+                if value is None:
+                    os.environ.pop(variable, None)
+                else:
+                    os.environ[variable] = value
+        if ends.received is not None:  # whatever the ranks' statuses: the script was ended by the signal
+            status, ended_by = 128 + ends.received, _SAID[ends.received]
+        if heartbeat.lost_node is not None:
+            lost = heartbeat.lost_node
+            status, ended_by = 1, f"node {lost} ({meeting.host(lost)}) being lost: its heartbeat stopped"
+        first = topology.node_rank * topology.ranks
+        mine = range(first, first + topology.ranks)
         if topology.node_rank != 0:
             if heartbeat.lost_node is None:
                 end = NodeEnd(topology.node_rank, socket.gethostname(), status, ended_by,
@@ -192,7 +193,8 @@ def run_ranks(
         return RanksRun(status, joined_runs, ended_by, silent_ranks=silent, node_ends=gathered.node_ends,
                         rank_ends=rank_ends, problems=gathered.problems, so_far=gathered.so_far)  # fmt: skip
     finally:
-        heartbeat.__exit__()
+        if heartbeat is not None:
+            heartbeat.__exit__()
         remove_folder(work)
 
 
