@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from typing import Any
 
@@ -158,8 +159,7 @@ def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
     else:
         rows.append(("waiting", _NO_STEP))
     rows.append(("limit", limit_words(limit, m["batches_per_s"], lr.fixed_rate)))
-    firsts = ", ".join("-" if s is None else f"{s:.2f} s" for s in m["first_batch_s"])
-    rows.append(("first batch", f"{firsts} (per epoch, from iter())"))
+    rows.append(("first batch", _first_batches(m["first_batch_s"])))
     if m["worker_uss_mb_max"] is not None:
         rows.append(("workers", f"up to {m['worker_uss_mb_max']:.0f} MB private memory (USS) each"))
     if m["sample_errors"]:
@@ -289,6 +289,20 @@ def other_process_words(process: OtherProcess) -> str:
     """'pid 4242 (python3 train_b.py, 1.0 cores)': a process by its program, never its arguments (a report saved
     before kept up to 200 characters of them)."""
     return f"pid {process.pid} ({program_name(process.cmdline.split())}, {process.cores:.1f} cores)"
+
+
+FIRST_BATCHES_SHOWN = 8  # epochs' first batches shown one by one; more are shown as the first and last few
+
+
+def _first_batches(seconds: list[float | None]) -> str:
+    """Each epoch's time to its first batch, from iter(): a long run's as its first three and last two, with their
+    median and their longest."""
+    shown = ["-" if s is None else f"{s:.2f} s" for s in seconds]
+    if len(shown) <= FIRST_BATCHES_SHOWN:
+        return f"{', '.join(shown)} (per epoch, from iter())"
+    came = sorted(s for s in seconds if s is not None)
+    spread = f": median {statistics.median(came):.2f} s, longest {came[-1]:.2f} s" if came else ""
+    return f"{', '.join(shown[:3])} ... {', '.join(shown[-2:])} ({len(shown)} epochs{spread}; per epoch, from iter())"
 
 
 def _busy_host(cores: float | None, usable: float, others: list[OtherProcess]) -> str | None:

@@ -108,3 +108,13 @@ def test_a_jobs_findings_across_its_ranks_come_first_once_and_a_ranks_own_stay_i
     assert text.count("rank-straggler") == 1 and text.count("no DistributedSampler") == 1
     assert first_rank < text.index("set_epoch() was never called")  # rank 0's own epochs gave it
     assert "Summary: 2 critical, 1 warning." in " ".join(text.split())
+
+
+def test_a_long_runs_first_batches_are_its_first_and_last_few_with_their_median_and_longest():
+    from loaderdoctor.render.console import _first_batches
+
+    assert _first_batches([0.5, None, 0.04]) == "0.50 s, -, 0.04 s (per epoch, from iter())"
+    many = _first_batches([0.9] + [0.04] * 98 + [0.06])
+    assert many == (
+        "0.90 s, 0.04 s, 0.04 s ... 0.04 s, 0.06 s (100 epochs: median 0.04 s, longest 0.90 s; per epoch, from iter())"
+    )
