@@ -27,10 +27,9 @@ PORT = 29520
 # A DDP step on a map-style dataset: every sample of node SLOW_NODE takes 12 ms to load (storage that is slower
 # there), one worker per rank; the step all-reduces, so every rank waits for the slowest. MARK_FILE is written
 # once the first epoch is over; EPOCHS epochs in all.
-SCRIPT = """\
-import os, time, torch, torch.distributed as dist
+SAMPLES = """\
+import os, time, torch
 from torch.utils.data import DataLoader, Dataset
-from torch.utils.data.distributed import DistributedSampler
 
 class Samples(Dataset):
     def __len__(self):
@@ -39,6 +38,12 @@ class Samples(Dataset):
         if os.environ.get("SLOW_NODE") == os.environ["GROUP_RANK"]:
             time.sleep(0.012)
         return torch.full((4,), float(index))
+"""
+SCRIPT = (
+    SAMPLES
+    + """\
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler
 
 dist.init_process_group("gloo")
 split = not os.environ.get("NO_SPLIT")
@@ -54,6 +59,15 @@ for epoch in range(int(os.environ.get("EPOCHS", "3"))):
         open(os.environ["MARK_FILE"], "w").close()
 dist.destroy_process_group()
 """
+)
+
+
+def _site(script: str) -> str:
+    """The name `run` gives the script's loader: where it is made."""
+    return f"train.py:{next(n for n, line in enumerate(script.splitlines(), 1) if 'DataLoader(' in line)}"
+
+
+SITE = _site(SCRIPT)
 
 
 def _run(node: Node, rank: int, nodes: tuple[Node, Node], tmp_path: Path, *extra: str, nproc: int = 1,
@@ -65,6 +79,24 @@ def _run(node: Node, rank: int, nodes: tuple[Node, Node], tmp_path: Path, *extra
         node.command(argv), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, env={**os.environ, **(env or {})},
     )  # fmt: skip
+
+
+def _recipe_on_both(nodes: tuple[Node, Node], tmp_path: Path, recipe: str, env: dict[str, str],
+                    **fill: object) -> list[subprocess.Popen]:  # fmt: skip
+    """`recipe` run by sh on each node, as a user types it there: `{node}` and `{address}` (node 0's) filled in,
+    with `fill` and `env` (SLURM_NODEID and the like, `{node}` in them filled too), `loaderdoctor` and `torchrun`
+    on PATH."""
+    bin_dir = Path(sys.executable).parent  # where `loaderdoctor` and `torchrun` are, as on a user's PATH
+    processes = []
+    for rank, node in enumerate(nodes):
+        words = {"node": rank, "address": nodes[0].address, **fill}
+        their_env = {key: value.format(**words) for key, value in env.items()}
+        their_env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+        processes.append(subprocess.Popen(
+            node.command(["sh", "-c", recipe.format(**words)]), cwd=tmp_path, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True, env={**os.environ, **their_env},
+        ))  # fmt: skip
+    return processes
 
 
 def _ended(process: subprocess.Popen, timeout_s: float) -> tuple[int, str]:
@@ -95,6 +127,15 @@ def _left_in(process: subprocess.Popen) -> bool:
     return True
 
 
+def _first_epoch_over(mark: Path) -> None:
+    """Once the script marked its first epoch over (and every rank sent what it measured then), or a failure."""
+    deadline = time.monotonic() + 60
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert mark.exists(), "the job never finished its first epoch"
+    time.sleep(1)
+
+
 def _words(text: str) -> str:
     return " ".join(line for line in text.split() if not line.startswith("[W"))
 
@@ -112,7 +153,7 @@ def test_a_slow_node_is_named_once_on_node_0_with_all_its_ranks(tmp_path, nproc)
     assert f"the job's diagnosis (every rank) is printed on node 0 ({nodes[0].hostname})" in words1
     assert "rank-straggler" not in said1 and not (tmp_path / "node1.json").exists()
     report = json.loads((tmp_path / "node0.json").read_text())
-    assert sorted(report["loaders"]) == [f"train.py:15/rank{rank}" for rank in range(2 * nproc)]  # the whole job
+    assert sorted(report["loaders"]) == [f"{SITE}/rank{rank}" for rank in range(2 * nproc)]  # the whole job
     found = [f for loader in report["loaders"].values() for f in loader["findings"] if f["rule"] == "rank-straggler"]
     assert len(found) == 1, words0
     straggler = found[0]["evidence"]
@@ -163,11 +204,7 @@ def test_a_node_that_dies_or_is_cut_off_ends_the_job_in_bounded_time_saying_so(t
     with two_nodes() as nodes:
         env = {"EPOCHS": "100000", "MARK_FILE": str(mark)}
         processes = [_run(node, rank, nodes, tmp_path, env=env) for rank, node in enumerate(nodes)]
-        deadline = time.monotonic() + 60
-        while not mark.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert mark.exists(), "the job never finished its first epoch"
-        time.sleep(1)
+        _first_epoch_over(mark)
         lost_at = time.monotonic()
         if how == "killed":
             kill_node(nodes[1])
@@ -188,7 +225,7 @@ def test_a_node_that_dies_or_is_cut_off_ends_the_job_in_bounded_time_saying_so(t
     assert f"node 1 ({nodes[1].hostname}) was lost" in words0, said0
     assert f"ended by node 1 ({nodes[1].hostname}) being lost" in words0, said0
     # what was measured survives: node 1's rank sent it as its epochs ended (node 0's too, when it was stuck)
-    assert "loader 'train.py:15/rank0'" in words0 and "loader 'train.py:15/rank1'" in words0, said0
+    assert f"loader '{SITE}/rank0'" in words0 and f"loader '{SITE}/rank1'" in words0, said0
     assert "rank 1 sent nothing at its end: its diagnosis covers its first" in words0, said0
 
 
@@ -225,17 +262,10 @@ SLURM_SCRIPT = SCRIPT.replace(
 def test_the_readmes_slurm_recipes_give_one_diagnosis_of_the_job(tmp_path, recipe):
     (tmp_path / "train.py").write_text(SCRIPT)
     (tmp_path / "train_slurm.py").write_text(SLURM_SCRIPT)
-    bin_dir = Path(sys.executable).parent  # where `loaderdoctor` is, as on a user's PATH
+    env = {"SLURM_NNODES": "2", "SLURM_NODEID": "{node}", "SLURM_PROCID": "{node}", "SLURM_NTASKS": "2",
+           "SLURM_LOCALID": "0", "MASTER_ADDR": "{address}", "SLOW_NODE": "1", "EPOCHS": "2"}  # fmt: skip
     with two_nodes() as nodes:
-        processes = []
-        for rank, node in enumerate(nodes):
-            env = {"SLURM_NNODES": "2", "SLURM_NODEID": str(rank), "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
-                   "SLURM_LOCALID": "0", "MASTER_ADDR": nodes[0].address, "SLOW_NODE": "1", "EPOCHS": "2",
-                   "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
-            processes.append(subprocess.Popen(
-                node.command(["sh", "-c", recipe]), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, start_new_session=True, env={**os.environ, **env},
-            ))  # fmt: skip
+        processes = _recipe_on_both(nodes, tmp_path, recipe, env)
         (status0, said0), (status1, said1) = (_ended(process, 120) for process in processes)
         assert left_in(nodes[0]) == [] and left_in(nodes[1]) == []
     assert (status0, status1) == (0, 0), said0 + said1
@@ -245,3 +275,90 @@ def test_the_readmes_slurm_recipes_give_one_diagnosis_of_the_job(tmp_path, recip
     (straggler,) = [f for lr in report["loaders"].values() for f in lr["findings"] if f["rule"] == "rank-straggler"]
     assert straggler["evidence"]["ranks"] == [1] and straggler["evidence"]["host"] == nodes[1].hostname
     assert _words(said0).index("the job: loader") < _words(said0).index("/rank0'")
+
+
+# The README's recipe for a launcher typed under `run` on every node: torchrun's own rendezvous (static, from
+# --master-addr; or c10d), each node's run watching the ranks its torchrun starts.
+TORCHRUN_STATIC = ('loaderdoctor run --no-history --json job{node}.json torchrun --nnodes 2 --node-rank {node} '
+                   '--nproc-per-node {nproc} --master-addr {address} --master-port 29530 train.py')  # fmt: skip
+TORCHRUN_C10D = ('loaderdoctor run --no-history --json job{node}.json torchrun --nnodes 2 --nproc-per-node {nproc} '
+                 '--rdzv-backend c10d --rdzv-endpoint {address}:29531 --rdzv-id job train.py')  # fmt: skip
+
+
+@pytest.mark.parametrize(("recipe", "nproc"), [(TORCHRUN_STATIC, 1), (TORCHRUN_STATIC, 2), (TORCHRUN_C10D, 1)],
+                         ids=["static-1", "static-2", "c10d-1"])  # fmt: skip
+def test_run_of_torchrun_on_every_node_gives_one_diagnosis_of_the_job_on_rank_0s_node(tmp_path, recipe, nproc):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    with two_nodes() as nodes:
+        processes = _recipe_on_both(nodes, tmp_path, recipe, {"SLOW_NODE": "1", "EPOCHS": "2"}, nproc=nproc)
+        (status0, said0), (status1, said1) = (_ended(process, 150) for process in processes)
+        assert left_in(nodes[0]) == [] and left_in(nodes[1]) == []
+    assert (status0, status1) == (0, 0), said0 + said1
+    words0, words1 = _words(said0), _words(said1)
+    assert f"the job's diagnosis (every rank) is printed on rank 0's node ({nodes[0].hostname}); this node's ranks" \
+        in words1, said1  # fmt: skip
+    assert "rank-straggler" not in said1 and not (tmp_path / "job1.json").exists()
+    report = json.loads((tmp_path / "job0.json").read_text())
+    assert sorted(report["loaders"]) == [f"{SITE}/rank{rank}" for rank in range(2 * nproc)], words0
+    found = [f for loader in report["loaders"].values() for f in loader["findings"] if f["rule"] == "rank-straggler"]
+    assert len(found) == 1, words0
+    slow = list(range(nproc, 2 * nproc))  # node 1's ranks
+    assert sorted(found[0]["evidence"]["ranks"]) == slow and found[0]["evidence"]["hosts"] == [nodes[1].hostname]
+    assert words0.index("the job: loader") < words0.index("/rank0'")
+
+
+def test_run_of_torchrun_on_every_node_keeps_what_a_killed_node_measured_and_ends_in_bounded_time(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    mark = tmp_path / "first-epoch-over"
+    with two_nodes() as nodes:
+        env = {"EPOCHS": "100000", "MARK_FILE": str(mark)}
+        processes = _recipe_on_both(nodes, tmp_path, TORCHRUN_STATIC, env, nproc=1)
+        _first_epoch_over(mark)
+        lost_at = time.monotonic()
+        kill_node(nodes[1])
+        status0, said0 = _ended(processes[0], 90)
+        took = time.monotonic() - lost_at
+        for process in processes:
+            assert not _left_in(process)
+        assert left_in(nodes[0]) == [] and left_in(nodes[1]) == []
+    words0 = _words(said0)
+    assert status0 == 1 and took < 30, (took, said0)
+    assert f"loader '{SITE}/rank0'" in words0 and f"loader '{SITE}/rank1'" in words0, said0
+    assert "rank 1 sent nothing at its end within 5 s: its diagnosis covers its first" in words0, said0
+
+
+# accelerate's launch across machines (its multi-process launch is torchrun's, static rendezvous at the main
+# process's address): a script as accelerate's users write it, whose every step reduces across the processes.
+ACCELERATE_SCRIPT = (
+    SAMPLES
+    + """\
+from accelerate import Accelerator
+
+accelerator = Accelerator(cpu=True)  # no GPU here: gloo across the processes
+loader = accelerator.prepare(DataLoader(Samples(), batch_size=8, num_workers=1))
+for epoch in range(2):
+    for batch in loader:
+        accelerator.reduce(batch.sum())
+        time.sleep(0.005)
+accelerator.wait_for_everyone()
+"""
+)
+ACCELERATE_SITE = _site(ACCELERATE_SCRIPT)
+ACCELERATE_ACROSS = ('loaderdoctor run --no-history --json job{node}.json accelerate launch --multi_gpu '
+                     '--num_machines 2 --machine_rank {node} --num_processes 2 --main_process_ip {address} '
+                     '--main_process_port 29532 --mixed_precision no --dynamo_backend no train.py')  # fmt: skip
+
+
+def test_run_of_accelerate_launch_on_every_node_gives_one_diagnosis_of_the_job(tmp_path):
+    pytest.importorskip("accelerate")
+    (tmp_path / "train.py").write_text(ACCELERATE_SCRIPT)
+    with two_nodes() as nodes:
+        processes = _recipe_on_both(nodes, tmp_path, ACCELERATE_ACROSS, {"SLOW_NODE": "1"})
+        (status0, said0), (status1, said1) = (_ended(process, 150) for process in processes)
+        assert left_in(nodes[0]) == [] and left_in(nodes[1]) == []
+    assert (status0, status1) == (0, 0), said0 + said1
+    assert f"printed on rank 0's node ({nodes[0].hostname})" in _words(said1), said1
+    report = json.loads((tmp_path / "job0.json").read_text())
+    assert sorted(report["loaders"]) == [f"{ACCELERATE_SITE}/rank0", f"{ACCELERATE_SITE}/rank1"], _words(said0)
+    (straggler,) = [f for lr in report["loaders"].values() for f in lr["findings"] if f["rule"] == "rank-straggler"]
+    assert straggler["evidence"]["ranks"] == [1] and straggler["evidence"]["hosts"] == [nodes[1].hostname]

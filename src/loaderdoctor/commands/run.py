@@ -209,7 +209,8 @@ def _script(args: argparse.Namespace) -> Script:
 def _summarize(result: ScriptRun, script: Script, args: argparse.Namespace, err: Console) -> None:
     """The summary on stderr, the runs kept in the history, the --json and --html files, the --log-to trackers."""
     if result.diagnosed_on is not None:
-        here = "this node's ranks" if isinstance(result, RanksRun) else "this rank"
+        ranks_here = isinstance(result, RanksRun) or (isinstance(result, JobRun) and result.ranks_here)
+        here = "this node's ranks" if ranks_here else "this rank"
         err.print()
         err.print(f"loaderdoctor run: the job's diagnosis (every rank) is printed on {result.diagnosed_on}; {here} "
                   f"ended with exit status {result.exit_status}" + (f", by {result.ended_by}" if result.ended_by

@@ -27,12 +27,13 @@ import psutil
 from loaderdoctor.errors import LoaderDoctorWarning
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.job import hook as jobhook
+from loaderdoctor.job.endmeeting import meet_at_end
 from loaderdoctor.job.hook import JOB_ENV, PROCESS_FILE, RESULT_FILE, SO_FAR_RESULT_FILE
 from loaderdoctor.job.loaders import EveryLoader, LoaderRun
+from loaderdoctor.job.places import this_place
 from loaderdoctor.job.process import process_rank
 from loaderdoctor.job.ranks import GUARD_ENV, NAME_ENV, SHUTDOWN_TIMEOUT_S, joined, read_runs
 from loaderdoctor.job.script import Script, ScriptRun, run_script
-from loaderdoctor.job.scriptranks import WAIT_S, meet_at_end
 from loaderdoctor.report import UnwatchedProcess
 from loaderdoctor.tap.signals import SignalRaises
 from loaderdoctor.watch.rankceilings import JobStore
@@ -77,6 +78,7 @@ class JobRun(ScriptRun):
 
     unwatched: list[UnwatchedProcess] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # the processes whose loaders are what they kept as epochs ended
+    ranks_here: bool = False  # the ranks this run watched sent what they measured to rank 0's (`diagnosed_on`)
 
 
 def run_job(
@@ -101,6 +103,7 @@ def run_job(
         return JobRun(run.exit_status, run.loaders, run.ended_by)
     try:
         _write_hook(folder)
+        every.joined_by = str(folder)  # its rank, when the script is one, is joined here (job/places.py)
         with _marked(folder, guarded=guarded, name=name):
             run = run_script(script, every, presses)
         return _joined(run, folder, process_rank(), grace_s, every.job, say)
@@ -153,7 +156,8 @@ def _joined(
 ) -> JobRun:
     """The script's run with what its job's processes wrote, once those still running have ended (or `grace_s`
     has passed); as it was when none registered. When the script is one rank of a distributed `job`, the ranks
-    meet at the end (scriptranks.py): rank 0's run has them all, the others' none (said to be on rank 0)."""
+    meet at the end (endmeeting.py): rank 0's run has them all, the others' none (said to be on rank 0's node);
+    so do the job's processes when they are ranks of a job that other runs watch too (a run on every node)."""
     if run.ended_by in ("Ctrl-C", "SIGTERM"):  # its processes got it too (Ctrl-C), or will not end by themselves
         grace_s = min(grace_s, SIGNALLED_GRACE_S)
     _wait_for(folder, grace_s)
@@ -208,22 +212,37 @@ def _joined(
                 loader.report.name = loader.report.name.removesuffix(f"/rank{their_rank}") + f"/proc{unranked}"
         loaders[key], hosts[key] = runs, str(fields.get("host", ""))
     sizes = [int(fields.get("world_size") or 0) for fields, _ in written]
+    for fields, _ in written:  # rank 0 of a job that other runs watch too: the ranks it gathered at its end
+        said += [str(note) for note in fields.get("meeting_notes", [])]
+        for their_rank, sent in (fields.get("gathered") or {}).items():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                loaders.setdefault(int(their_rank), [LoaderRun.from_dict(item) for item in sent["loaders"]])
+                hosts.setdefault(int(their_rank), str(sent.get("host", "")))
+    sent_to = {str(fields["sent_to"]) for fields, runs in written if runs and "sent_to" in fields}
+    if sent_to and not any("gathered" in fields for fields, _ in written) and not ranked:
+        return JobRun(run.exit_status, [], run.ended_by, _rank_0(sent_to), unwatched=unwatched, notes=said,
+                      ranks_here=True)  # fmt: skip
     if ranked:
         assert job is not None and rank is not None
         have = {
             key for key, runs in loaders.items() if runs and any(r.report.name.endswith(f"/rank{key}") for r in runs)
         }
-        met = meet_at_end(job, loaders.get(rank, []), have, say=say)
-        said += met.problems
+        met = meet_at_end(job, loaders.get(rank, []), have, here=this_place(str(folder)), say=say)
         if met.sent:
-            return JobRun(run.exit_status, [], run.ended_by, "rank 0", unwatched=unwatched, notes=said)
+            return JobRun(run.exit_status, [], run.ended_by, _rank_0({met.rank0_host}), unwatched=unwatched,
+                          notes=said + met.notes())  # fmt: skip
+        said += met.notes()
         loaders.update(met.loaders)
         hosts.update(met.hosts)
-        said += [f"rank {missing} sent nothing within {WAIT_S:g} s (not run under loaderdoctor run, or it still "
-                  "runs): the job's diagnosis leaves it out" for missing in met.missing]  # fmt: skip
         sizes.append(job.world)
     runs = joined(loaders, hosts, max([*sizes, len(loaders)]))
     return JobRun(run.exit_status, runs, run.ended_by, unwatched=unwatched, notes=said)
+
+
+def _rank_0(hosts: set[str]) -> str:
+    """Where the job's diagnosis is printed: rank 0's `run`, on its host when known."""
+    host = next(iter(hosts)) if len(hosts) == 1 else ""
+    return f"rank 0's node ({host})" if host else "rank 0's node"
 
 
 def _ended_unwritten(fields: dict[str, Any], runs: list[LoaderRun]) -> str:

@@ -33,6 +33,7 @@ from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import GuardedLoader, guard
+from loaderdoctor.job.places import announce, this_place
 from loaderdoctor.job.sites import creation_site
 from loaderdoctor.plain.usercode import is_own_file
 from loaderdoctor.report import LoaderReport
@@ -84,8 +85,10 @@ class EveryLoader:
         self._opened: dict[Any, Iterator[Any]] = {}  # a dispatcher's DataLoader -> torch's iterator opened for it
         self.active = False
         # The job's store and this process's place in it, as the first watched loader was iterated (None outside a
-        # distributed run): where a script that is one rank of a job meets the others at its end (scriptranks.py).
+        # distributed run): where the ranks of a job meet at its end (endmeeting.py).
         self.job: JobStore | None = None
+        # The job folder of the `loaderdoctor run` that joins these loaders, when one does (job/places.py).
+        self.joined_by: str | None = None
 
     def install(self) -> None:
         """Hook torch's DataLoader: from now on every loader made is watched when iterated."""
@@ -215,6 +218,8 @@ class EveryLoader:
             watched.when_an_epoch_ends(self.epoch_ended)
             if self.job is None:
                 self.job = _job_now()
+                if self.job is not None and self.joined_by is not None:
+                    announce(self.job, this_place(self.joined_by))  # for rank 0, at the job's end
             return watched
 
     def _make_watch(self, loader: Any, name: str, dispatcher: tuple[Any, Any] | None) -> WatchedLoader:

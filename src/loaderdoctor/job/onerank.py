@@ -93,6 +93,10 @@ class _RankLoaders(EveryLoader):
     _next_at: float | None = None  # when the next one may be sent (time.monotonic())
     _sending = True
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.signals_noted: list[int] = []  # those that came once the script had ended
+
     def epoch_ended(self) -> None:
         if self._next_at is None or time.monotonic() >= self._next_at:
             self.send_so_far()
@@ -112,9 +116,7 @@ class _RankLoaders(EveryLoader):
             tmp.write_text(text)
             tmp.replace(out)  # this node's copy (for when node 0 is lost)
             if key is not None:
-                if self._store is None:
-                    self._store = store_client(os.environ[STORE_ENV])
-                self._store.set(key, text)
+                self.so_far_store().set(key, text)
         except Exception as error:  # the store's errors, or a full disk: the process goes on, and says it at its end
             self._sending = False
             print(f"loaderdoctor run: process {os.getpid()} cannot keep what it measured so far "
@@ -122,6 +124,12 @@ class _RankLoaders(EveryLoader):
             return
         took = time.monotonic() - started
         self._next_at = started + max(SO_FAR_EVERY_S, took / SO_FAR_SHARE)
+
+    def so_far_store(self) -> Any:
+        """The store that what this process measured so far is sent to (node 0's)."""
+        if self._store is None:
+            self._store = store_client(os.environ[STORE_ENV])
+        return self._store
 
     def so_far_places(self) -> tuple[Path, str | None, dict[str, Any]] | None:
         """Where what this process measured so far goes: a file of this node's, the key in node 0's store (None:
@@ -134,9 +142,9 @@ class _RankLoaders(EveryLoader):
     def close(self) -> list[LoaderRun]:
         if in_main_thread():
             for signum in RankEnds.SIGNALS:
-                signal.signal(signum, _noted)
+                signal.signal(signum, self._noted)
         return super().close()
 
-
-def _noted(signum: int, frame: Any) -> None:
-    """A signal that comes while a rank ends: it ends anyway."""
+    def _noted(self, signum: int, frame: Any) -> None:
+        """A signal that comes while a rank ends: it ends anyway (a wait at its end is cut short)."""
+        self.signals_noted.append(signum)

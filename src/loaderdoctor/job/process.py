@@ -7,7 +7,9 @@ its training is over, then Ray ends it with no exit (no atexit)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
+import json
 import os
 import signal
 import socket
@@ -18,12 +20,16 @@ from typing import Any
 
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
-from loaderdoctor.job.hook import RESULT_FILE, SO_FAR_RESULT_FILE, rank_from_environment
+from loaderdoctor.job.endmeeting import WAIT_S, meet_at_end, so_far_sent_key
+from loaderdoctor.job.hook import PROCESS_FILE, RESULT_FILE, SO_FAR_RESULT_FILE, rank_from_environment
+from loaderdoctor.job.loaders import LoaderRun
 from loaderdoctor.job.onerank import _RankLoaders
+from loaderdoctor.job.places import rank_0_elsewhere, this_place
 from loaderdoctor.job.ranks import GUARD_ENV, NAME_ENV, ceiling_from_env, ceiling_only_from_env, write_runs
 from loaderdoctor.tap.signals import SignalRaises, child_deaths_quiet, in_main_thread
 
 Register = Callable[[int | None], None]
+FAILING_WAIT_S = 5.0  # how long rank 0 waits for the others at its end when it ends by an error or SIGTERM
 
 
 def process_rank() -> int | None:
@@ -62,7 +68,8 @@ def watch_here(folder: str, register: Register) -> JobProcessLoaders:
     # puts back the __init__ it found when it made the loader that started this watch, the watch's hook with it.
     TorchDataLoader.__init__ = made  # type: ignore[method-assign]
     if in_main_thread():  # unless the program has a handler of its own: SIGTERM is an exit, atexit then writes
-        SignalRaises(signal.SIGTERM, _exit).install()
+        every.terminated = SignalRaises(signal.SIGTERM, _exit)
+        every.terminated.install()
     atexit.register(every.write)
     _keep_as_the_group_ends(every)
     return every
@@ -84,6 +91,10 @@ def _keep_as_the_group_ends(every: JobProcessLoaders) -> None:
 
     destroy_process_group._loaderdoctor_keeps = True  # type: ignore[attr-defined]
     dist.destroy_process_group = destroy_process_group  # type: ignore[union-attr]
+
+
+def _say(text: str) -> None:
+    print(f"loaderdoctor run: {text}", file=sys.stderr, flush=True)
 
 
 def _exit(signum: int) -> BaseException:
@@ -109,7 +120,10 @@ class JobProcessLoaders(_RankLoaders):
         self._register = register
         super().__init__(name=name, guarded=guarded, ceiling=ceiling, ceiling_only=ceiling_only)
         self.folder = folder
+        self.joined_by = str(folder)
         self.pid = os.getpid()
+        self._rank_0_elsewhere: bool | None = None  # known once rank 0 was watched
+        self.terminated: SignalRaises | None = None  # SIGTERM made an exit (watch_here)
 
     @property  # type: ignore[override]
     def rank(self) -> int | None:
@@ -130,9 +144,22 @@ class JobProcessLoaders(_RankLoaders):
 
     def so_far_places(self) -> tuple[Path, str | None, dict[str, Any]] | None:
         """What this process measured so far goes to the job's folder, read when it writes nothing at its exit
-        (killed, os._exit: a Ray worker ended by Ray)."""
+        (killed, os._exit: a Ray worker ended by Ray); and to the job's store when another `run` joins rank 0, which
+        gathers this rank at the job's end (job/endmeeting.py)."""
         fields = {"pid": self.pid, "rank": self.rank, "host": socket.gethostname(), "world_size": world_size()}
-        return self.folder / SO_FAR_RESULT_FILE.format(pid=self.pid), None, fields
+        key = None
+        if self.job is not None and self._rank_0_elsewhere is None:
+            try:
+                self._rank_0_elsewhere = rank_0_elsewhere(self.job, this_place(self.joined_by))
+            except Exception:  # the store's errors: kept in the folder only
+                self._rank_0_elsewhere = False
+        if self.job is not None and self._rank_0_elsewhere:
+            key = so_far_sent_key(self.job.rank)
+        return self.folder / SO_FAR_RESULT_FILE.format(pid=self.pid), key, fields
+
+    def so_far_store(self) -> Any:
+        assert self.job is not None
+        return self.job.store
 
     def left_group(self) -> None:
         """The process leaves its default process group: what it measured so far is kept now, whenever it was kept
@@ -152,8 +179,43 @@ class JobProcessLoaders(_RankLoaders):
         try:
             with child_deaths_quiet():  # torch's SIGCHLD handler would raise a dead worker's death again here
                 runs = self.close()
+            met = self._meet_at_end(runs)
             out = self.folder / RESULT_FILE.format(pid=self.pid)
-            write_runs(out, runs, pid=self.pid, rank=self.rank, host=socket.gethostname(), world_size=world_size())
+            write_runs(out, runs, pid=self.pid, rank=self.rank, host=socket.gethostname(), world_size=world_size(),
+                       **met)  # fmt: skip
         except Exception as error:
             print(f"loaderdoctor: process {self.pid} could not write what it measured: {type(error).__name__}: "
                   f"{error}", file=sys.stderr)  # fmt: skip
+
+    def _meet_at_end(self, runs: list[LoaderRun]) -> dict[str, Any]:
+        """When this process is a rank of a job that other `loaderdoctor run`s watch too (one per node): on rank 0,
+        what the others sent, gathered (job/endmeeting.py) for this run to join; on the others, where their
+        diagnosis went. What this process writes for that, with what it measured."""
+        if self.job is None:
+            return {}
+        # A rank that ends by an uncaught exception (a peer's death broke its collective) or by SIGTERM (its launcher
+        # ends the job) waits little for the others.
+        failing = getattr(sys, "last_value", None) is not None or (
+            self.terminated is not None and self.terminated.received is not None
+        )
+        met = meet_at_end(self.job, runs, _ranks_here(self.folder), here=this_place(self.joined_by), say=_say,
+                          wait_s=FAILING_WAIT_S if failing else WAIT_S,
+                          stopped=lambda: bool(self.signals_noted))  # fmt: skip
+        if met.sent:
+            return {"sent_to": met.rank0_host}
+        written: dict[str, Any] = {"meeting_notes": met.notes()} if met.notes() else {}
+        if met.loaders:
+            written["gathered"] = {str(rank): {"host": met.hosts.get(rank, ""), "loaders": [r.to_dict() for r in rs]}
+                                   for rank, rs in met.loaders.items()}  # fmt: skip
+        return written
+
+
+def _ranks_here(folder: Path) -> set[int]:
+    """The ranks that registered in the job's `folder`: this `run` joins them."""
+    ranks = set()
+    for path in folder.glob(PROCESS_FILE.format(pid="*")):
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            rank = json.loads(path.read_text()).get("rank")
+            if isinstance(rank, int):
+                ranks.add(rank)
+    return ranks

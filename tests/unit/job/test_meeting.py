@@ -97,22 +97,3 @@ def _as_node(meeting, node: int):
     import dataclasses
 
     return dataclasses.replace(meeting, node_rank=node)
-
-
-def test_a_script_that_is_one_rank_sends_its_loaders_and_rank_0_gathers_them_saying_who_never_came():
-    from datetime import timedelta
-
-    from torch.distributed import TCPStore
-
-    from loaderdoctor.job.scriptranks import meet_at_end
-    from loaderdoctor.watch.rankceilings import JobStore
-
-    store = TCPStore("127.0.0.1", free_port(), None, True, timedelta(seconds=10), wait_for_workers=False)
-    one = meet_at_end(JobStore(store, 1, 4), _runs("t/rank1"), set(), say=print)
-    assert one.sent and not one.loaders
-    said = []
-    clock = iter(range(0, 1000)).__next__  # one second a poll: rank 3 never comes, rank 2 is joined already
-    zero = meet_at_end(JobStore(store, 0, 4), _runs("t/rank0"), {2}, say=said.append, wait_s=15, clock=clock)
-    assert sorted(zero.loaders) == [1] and zero.loaders[1][0].report.name == "t/rank1"
-    assert zero.missing == [3]
-    assert said and said[0].startswith("waiting for rank 3 to send what it measured")
