@@ -50,6 +50,7 @@ ADDED_SINCE = {
     "samples_per_epoch": None,
     "drawn_indices": None,
     "drawn_fingerprints": [],
+    "loader_class": "",  # the loader's class when it is not torch's DataLoader itself
 }
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 DERIVED_SINCE = {"batches_per_s_range"}

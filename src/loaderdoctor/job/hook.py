@@ -146,9 +146,28 @@ class _DataLoaderFinder:
 
 
 def _wrap(module: "Any") -> None:
-    """DataLoader.__init__ made to hand the process to the watch at the first loader made."""
+    """DataLoader.__init__ made to hand the process to the watch at the first loader made; and so is the own
+    __init__ of each subclass, defined already or later (torchdata's StatefulDataLoader never calls torch's)."""
     cls = module.DataLoader
-    original: Callable[..., None] = cls.__init__
+    _wrap_init(cls)
+    todo = list(cls.__subclasses__())
+    while todo:
+        sub = todo.pop()
+        todo.extend(sub.__subclasses__())
+        _wrap_init(sub)
+
+    def __init_subclass__(sub: "Any", **kwargs: "Any") -> None:
+        super(cls, sub).__init_subclass__(**kwargs)
+        _wrap_init(sub)
+
+    cls.__init_subclass__ = classmethod(__init_subclass__)
+
+
+def _wrap_init(cls: "Any") -> None:
+    """`cls`'s own __init__ (none: nothing to do) made to hand the process to the watch, once."""
+    original: Callable[..., None] | None = cls.__dict__.get("__init__")
+    if original is None or getattr(original, "_loaderdoctor_job", False):
+        return
 
     def __init__(loader: "Any", *args: "Any", **kwargs: "Any") -> None:
         if _watching is None and _may_start(sys._getframe(1)):
@@ -158,6 +177,7 @@ def _wrap(module: "Any") -> None:
             _watching.note(loader, sys._getframe(1))  # the frame that made it, as the watch's own hook sees it
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__._loaderdoctor_job = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
 
 

@@ -33,6 +33,7 @@ from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.errors import UsageError
 from loaderdoctor.guard import GuardedLoader, guard
+from loaderdoctor.job.ownclasses import SubclassHooks
 from loaderdoctor.job.places import announce, this_place
 from loaderdoctor.job.sites import creation_site
 from loaderdoctor.plain.usercode import is_own_file
@@ -83,6 +84,7 @@ class EveryLoader:
         self._iter_hook: Callable[[Any], Iterator[Any]] | None = None
         self._dispatch_hook: tuple[type, Callable[[Any], Iterator[Any]], Callable[[Any], Iterator[Any]]] | None = None
         self._opened: dict[Any, Iterator[Any]] = {}  # a dispatcher's DataLoader -> torch's iterator opened for it
+        self._subclass_hooks = SubclassHooks()  # those that make or iterate themselves (StatefulDataLoader)
         self.active = False
         # The job's store and this process's place in it, as the first watched loader was iterated (None outside a
         # distributed run): where the ranks of a job meet at its end (endmeeting.py).
@@ -96,6 +98,22 @@ class EveryLoader:
             return
         original_init = self._original_init = TorchDataLoader.__init__
         original_iter = self._original_iter = TorchDataLoader.__iter__
+
+        __init__ = self._init_hook_of(original_init)
+        __iter__ = self._iter_hook_of(original_iter)
+        __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+        __iter__.__wrapped__ = original_iter  # type: ignore[attr-defined]
+        self._init_hook, self._iter_hook = __init__, __iter__
+        TorchDataLoader.__init__ = __init__  # type: ignore[method-assign]
+        TorchDataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+        self._subclass_hooks.install(init_hook_of=self._init_hook_of, iter_hook_of=self._iter_hook_of)
+        self.active = True
+        if "accelerate.data_loader" in sys.modules:
+            self._hook_dispatcher()
+
+    def _init_hook_of(self, original_init: Callable[..., None]) -> Callable[..., None]:
+        """An `__init__` that notes where the user's code made the loader, standing in for `original_init` (torch's,
+        or a subclass's own: ownclasses.py)."""
         every = self
 
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
@@ -105,11 +123,20 @@ class EveryLoader:
                 if every._dispatch_hook is None and "accelerate.data_loader" in sys.modules:
                     every._hook_dispatcher()
 
+        return __init__
+
+    def _iter_hook_of(self, original_iter: Callable[[Any], Iterator[Any]]) -> Callable[[Any], Iterator[Any]]:
+        """An `__iter__` that watches the loader it iterates, standing in for `original_iter` (torch's, or a
+        subclass's own: ownclasses.py)."""
+        every = self
+
         def __iter__(loader: Any) -> Iterator[Any]:
             if every._opened and (opened := _pop(every._opened, loader)) is not None:
                 return opened  # a dispatcher's iter() of its DataLoader, inside the watched dispatcher's epoch
             if not every.active or _is_own(sys._getframe(1).f_code.co_filename):
                 return original_iter(loader)  # loaderdoctor's own iteration: a watch or guard the script made
+            if every._subclass_hooks.outermost_iter(loader, every._original_iter) is not original_iter:
+                return original_iter(loader)  # inside the loader's own __iter__, which its watch opened
             try:
                 watched = every._watch_of(loader)
             except Exception as error:  # an unhashable subclass, say: iterated as it would be unwatched
@@ -117,14 +144,7 @@ class EveryLoader:
                 watched = None
             return original_iter(loader) if watched is None else iter(watched)
 
-        __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
-        __iter__.__wrapped__ = original_iter  # type: ignore[attr-defined]
-        self._init_hook, self._iter_hook = __init__, __iter__
-        TorchDataLoader.__init__ = __init__  # type: ignore[method-assign]
-        TorchDataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-        self.active = True
-        if "accelerate.data_loader" in sys.modules:
-            self._hook_dispatcher()
+        return __iter__
 
     def _hook_dispatcher(self) -> None:
         """Hook accelerate's DataLoaderDispatcher.__iter__ (see the module): on several processes, its DataLoader
@@ -154,7 +174,7 @@ class EveryLoader:
         and handed to the dispatcher when it asks."""
         loader = wrapper.base_dataloader
         assert self._original_iter is not None
-        torch_iterator = self._original_iter(loader)
+        torch_iterator = self._subclass_hooks.outermost_iter(loader, self._original_iter)(loader)
         self._opened[loader] = torch_iterator
         return DispatchedEpoch(original(wrapper), torch_iterator)
 
@@ -167,6 +187,7 @@ class EveryLoader:
             TorchDataLoader.__init__ = self._original_init  # type: ignore[method-assign,assignment]
         if TorchDataLoader.__dict__.get("__iter__") is self._iter_hook:
             TorchDataLoader.__iter__ = self._original_iter  # type: ignore[method-assign,assignment]
+        self._subclass_hooks.uninstall()
         if self._dispatch_hook is not None:
             dispatcher, original, hook = self._dispatch_hook
             if dispatcher.__dict__.get("__iter__") is hook:
@@ -224,8 +245,8 @@ class EveryLoader:
 
     def _make_watch(self, loader: Any, name: str, dispatcher: tuple[Any, Any] | None) -> WatchedLoader:
         """The watch of `loader` (the history is kept by the command, with what the ranks add)."""
-        original_iter: Callable[[Any], Any] | None = self._original_iter
-        assert original_iter is not None
+        assert self._original_iter is not None
+        original_iter: Callable[[Any], Any] = self._subclass_hooks.outermost_iter(loader, self._original_iter)
         if dispatcher is not None:
             wrapper, original = dispatcher
             original_iter = lambda _loader: self._dispatched_epoch(wrapper, original)  # noqa: E731

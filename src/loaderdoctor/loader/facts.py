@@ -38,6 +38,7 @@ class LoaderFacts:
     iterable: bool = False
     dataset: str = ""  # the dataset's class
     dataset_len: int | None = None
+    loader_class: str = ""  # the loader's class, module and name, when it is not torch's DataLoader itself
     drop_last: bool | None = None  # the DataLoader's: the last partial batch dropped
     sampler: str = ""  # the class of the sampler that picks the indices ("DistributedSampler", "RandomSampler")
     distributed: bool = False  # whether that sampler splits the indices between ranks (knows num_replicas and rank)
@@ -70,6 +71,7 @@ def loader_facts(loader: DataLoader, *, indices: bool = False) -> LoaderFacts:
         iterable=iterable,
         dataset=type(dataset).__name__,
         dataset_len=length_or_none(dataset),
+        loader_class=class_words(type(loader)),
         drop_last=getattr(loader, "drop_last", None),
         sampler=type(inner).__name__,
         distributed=distributed,
@@ -78,6 +80,14 @@ def loader_facts(loader: DataLoader, *, indices: bool = False) -> LoaderFacts:
         samples_per_epoch=None if inner is batch_sampler else length_or_none(inner, any_error=True),
         indices=_epoch_indices(picker) if indices and not iterable else None,
     )
+
+
+def class_words(cls: type) -> str:
+    """A loader's class as "module.Name" ("torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader"),
+    "" for torch's DataLoader itself."""
+    if cls is DataLoader:
+        return ""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def batch_size_of(loader: DataLoader) -> int | None:

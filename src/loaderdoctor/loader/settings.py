@@ -127,9 +127,10 @@ class Settings:
             "multiprocessing_context": self.start_method,
         }
 
-    def snippet(self) -> str:
+    def snippet(self, loader_class: str = "") -> str:
         """Paste-ready code that creates a DataLoader with these settings (loaderdoctor's ThreadLoader for the
-        thread backend: the loader tune measured)."""
+        thread backend: the loader tune measured); one of `loader_class` ("module.Name": the user's own class,
+        StatefulDataLoader) where it is not torch's."""
         if self.backend == "thread":
             return _thread_snippet(self)
         args = ["dataset", "batch_size=..."]
@@ -145,7 +146,8 @@ class Settings:
                 args.append("worker_init_fn=worker_init_fn")
         if self.pin_memory:
             args.append("pin_memory=True")
-        call = "loader = DataLoader(" + ", ".join(args) + ")"
+        name = loader_class.rpartition(".")[2][:100] or "DataLoader"
+        call = f"loader = {name}(" + ", ".join(args) + ")"
         if self.num_workers and self.worker_threads:
             return (
                 "def worker_init_fn(worker_id):\n"

@@ -136,6 +136,7 @@ class Recording:
     forkserver_blocker: str | None = None
     dataset: str = ""  # the dataset's class name
     dataset_len: int | None = None
+    loader_class: str = ""  # the loader's class ("module.Name") when it is not torch's DataLoader itself
     outcome: str = "completed"  # "completed" | "stalled" | "crashed"
     error: str | None = None
     # The worker_init_fn's error ("ValueError: no config (at data.py:12 in init_worker)"): it fails every batch.

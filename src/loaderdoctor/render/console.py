@@ -117,7 +117,7 @@ def _loader(lr: LoaderReport) -> Group:
     for finding in findings:
         parts.append(finding_view(finding))
     if lr.verification is not None:
-        parts.append(_verification(rec.settings, lr.verification))
+        parts.append(_verification(rec.settings, lr.verification, rec.loader_class))
     if lr.epoch_cost is not None:
         parts.append(Text(f"  {lr.epoch_cost.words()[0].upper()}{lr.epoch_cost.words()[1:]}.", style="bold"))
     if lr.plan is not None:
@@ -145,6 +145,7 @@ def measured_rows(lr: LoaderReport) -> list[tuple[str, str]]:
     rows = [
         *([("ceiling", ceiling)] if (ceiling := ceiling_words(m["ceiling"])) else []),
         ("dataset", f"{rec.dataset}: {size}batch size {rec.batch_size}{per_epoch}"),
+        *([("loader", _class_words(rec.loader_class))] if rec.loader_class else []),
         ("settings", rec.settings.describe()),
         ("measured", run),
     ]
@@ -291,6 +292,12 @@ def other_process_words(process: OtherProcess) -> str:
     return f"pid {process.pid} ({program_name(process.cmdline.split())}, {process.cores:.1f} cores)"
 
 
+def _class_words(qualified: str) -> str:
+    """ "StatefulDataLoader (torchdata.stateful_dataloader.stateful_dataloader)" for its "module.Name"."""
+    module, _, name = qualified[:200].rpartition(".")  # the console makes control characters visible
+    return f"{name} ({module})" if module else name
+
+
 FIRST_BATCHES_SHOWN = 8  # epochs' first batches shown one by one; more are shown as the first and last few
 
 
@@ -321,7 +328,7 @@ def _busy_host(cores: float | None, usable: float, others: list[OtherProcess]) -
     return text
 
 
-def _verification(before_settings: Settings, v: Verification) -> Group:
+def _verification(before_settings: Settings, v: Verification, loader_class: str = "") -> Group:
     head, change = verification_head(before_settings, v)
     style = "bold green" if v.helped else "bold yellow"
     mark = "✔" if v.helped else _HEAD_MARK.get(head, "✘")
@@ -342,7 +349,7 @@ def _verification(before_settings: Settings, v: Verification) -> Group:
     if busy:
         lines.append(Padding(Text(busy.replace("this was", "these were"), style="dim"), (0, 0, 0, 4)))
     if v.helped and v.source != "lock-free":
-        lines.append(code_block(v.settings.snippet(), indent=4))
+        lines.append(code_block(v.settings.snippet(loader_class), indent=4))
     return Group(*lines)
 
 

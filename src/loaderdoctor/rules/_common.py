@@ -32,7 +32,7 @@ def mb(nbytes: float) -> float:
 
 def settings_snippet(rec: Recording, change: dict[str, Any]) -> str | None:
     """Paste-ready DataLoader code for the recorded settings with `change` applied; None without a change."""
-    return rec.settings.replace(**change).snippet() if change else None
+    return rec.settings.replace(**change).snippet(rec.loader_class) if change else None
 
 
 def steady_interval_s(rec: Recording) -> float:

@@ -34,6 +34,8 @@ class DrawnIndices:
             return None
         if iterator._sampler_iter is None:
             return None
+        if callable(getattr(iterator._sampler_iter, "state_dict", None)):
+            return StatefulDrawnIndices(iterator, limit)
         return cls(iterator, limit)
 
     def __iter__(self) -> DrawnIndices:
@@ -68,3 +70,15 @@ class DrawnIndices:
             return None
         noted, self._noted = self._noted, []
         return noted
+
+
+class StatefulDrawnIndices(DrawnIndices):
+    """DrawnIndices for a sampler iterator that keeps its own state (torchdata's StatefulDataLoader saves and
+    restores it through `state_dict`/`load_state_dict`, where the iterator's position is): both passed to it, so
+    that a state taken while this stands in resumes as it would have."""
+
+    def state_dict(self) -> Any:
+        return self._source.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        self._source.load_state_dict(state)

@@ -89,6 +89,7 @@ class RunRecorder:
             host=host_facts(),
             dataset=facts.dataset,
             dataset_len=facts.dataset_len,
+            loader_class=facts.loader_class,
             drop_last=facts.drop_last,
             sampler_drop_last=facts.sampler_drop_last,
             sampler=facts.sampler,

@@ -195,3 +195,51 @@ def test_accelerates_dispatcher_is_hooked_while_installed_and_put_back_after():
     finally:
         every.close()
     assert dispatcher.__dict__["__iter__"] is original
+
+
+class _OwnWays(DataLoader):
+    """A loader that makes and iterates itself without torch's DataLoader.__init__ or __iter__ (as torchdata's
+    StatefulDataLoader does): its own attributes, then torch's iterator made by hand."""
+
+    def __init__(self, data, batch_size):
+        self.__dict__.update(DataLoader(data, batch_size=batch_size).__dict__)
+        self.own_iters = 0
+
+    def __iter__(self):
+        self.own_iters += 1
+        return self._get_iterator()
+
+
+class _CallsSuper(_OwnWays):
+    """A subclass of that one whose __iter__ goes through its base's: one watch, opened through the outermost."""
+
+    def __iter__(self):
+        self.mine = getattr(self, "mine", 0) + 1
+        return super().__iter__()
+
+
+def test_a_subclass_that_makes_and_iterates_itself_is_watched_named_and_put_back():
+    every = EveryLoader()
+    original = _OwnWays.__dict__["__init__"], _OwnWays.__dict__["__iter__"]
+    every.install()
+    try:
+
+        class Later(_OwnWays):  # defined while the hooks are in: hooked as it is defined
+            def __iter__(self):
+                return super().__iter__()
+
+        line, own = _line(), _OwnWays(torch.arange(12), 4)
+        nested = _CallsSuper(torch.arange(8), 4)
+        later = Later(torch.arange(4), 2)
+        for _ in range(2):
+            assert [len(b) for b in own] == [4, 4, 4]
+        assert sum(len(b) for b in nested) == 8 and sum(len(b) for b in later) == 4
+    finally:
+        runs = every.close()
+    assert (_OwnWays.__dict__["__init__"], _OwnWays.__dict__["__iter__"]) == original
+    assert "__init_subclass__" not in TorchDataLoader.__dict__
+    assert own.own_iters == 2 and nested.mine == 1 and nested.own_iters == 1  # each __iter__ once an epoch
+    names = [run.report.name for run in runs]
+    assert names == [f"test_run_hooks.py:{line}", f"test_run_hooks.py:{line + 1}", f"test_run_hooks.py:{line + 2}"]
+    assert runs[0].report.recording.loader_class.endswith("test_run_hooks._OwnWays")
+    assert [len(run.report.recording.epochs) for run in runs] == [2, 1, 1]

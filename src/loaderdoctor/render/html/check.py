@@ -119,7 +119,7 @@ def _verification(lr: LoaderReport) -> str:
         shown = speedup is not None and not v.unsteady  # an unsteady one is a range, in the note
         figures = f"{v.before:.1f} → {v.after:.1f} batches/s" + (f" ({speedup:.2f}x)" if shown else "")
     lines = [figures, v.note, ceiling_share_words(v) or "", startup_words(v) or ""]
-    snippet = code(v.settings.snippet()) if v.helped and v.source != "lock-free" else ""
+    snippet = code(v.settings.snippet(lr.recording.loader_class)) if v.helped and v.source != "lock-free" else ""
     return verdict_box("good" if v.helped else "warning", head, change, lines, snippet)
 
 
