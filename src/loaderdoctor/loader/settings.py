@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from loaderdoctor.errors import UsageError
+from loaderdoctor.errors import LoaderDoctorWarning, UsageError
 from loaderdoctor.loader.indexed import note_worker_init_failure
+from loaderdoctor.loader.ownclass import OwnClass, own_class
 from loaderdoctor.plain.data import dataclass_from_dict
 from loaderdoctor.plain.words import plural
 
@@ -227,6 +228,10 @@ class LoaderSpec:
     generator: torch.Generator | None
     timeout: float
     settings: Settings
+    own: OwnClass = dataclasses.field(default_factory=OwnClass)  # the loader's class, rebuilt as itself
+    # Why the loader's class cannot be rebuilt as itself (its loaders are then torch's DataLoader), or None.
+    not_own_class: str | None = None
+    _said: bool = dataclasses.field(default=False, repr=False, compare=False)
 
     @classmethod
     def from_loader(cls, loader: DataLoader) -> LoaderSpec:
@@ -242,7 +247,10 @@ class LoaderSpec:
             pin_memory=bool(loader.pin_memory),
             start_method=start_method if loader.num_workers else None,
         )
+        own, not_own = own_class(loader)
         return cls(
+            own=own,
+            not_own_class=not_own,
             dataset=loader.dataset,
             batch_size=loader.batch_size,
             sampler=loader.sampler,
@@ -284,8 +292,12 @@ class LoaderSpec:
             kwargs["batch_sampler"] = self.batch_sampler
         else:
             kwargs.update(batch_size=self.batch_size, sampler=self.sampler, drop_last=self.drop_last)
+        if self.not_own_class is not None and not self._said:
+            self._said = True
+            warnings.warn(f"{self.not_own_class}: its loaders are rebuilt as torch's DataLoader with the same "
+                          "dataset, sampler and collate_fn", LoaderDoctorWarning, stacklevel=2)  # fmt: skip
         with quiet_worker_count_advice():
-            return DataLoader(
+            return self.own.make(  # the user's own class (StatefulDataLoader), else torch's DataLoader
                 self.dataset if dataset is None else dataset,
                 collate_fn=self.collate_fn,
                 generator=self.generator,

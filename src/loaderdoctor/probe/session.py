@@ -13,7 +13,7 @@ from loaderdoctor.errors import StopMeasuring
 from loaderdoctor.host.facts import OtherLoad, host_facts
 from loaderdoctor.host.tempfolders import make_private_folder, remove_folder
 from loaderdoctor.loader.datasetcopy import own_copy
-from loaderdoctor.loader.facts import length_or_none
+from loaderdoctor.loader.facts import class_words, length_or_none
 from loaderdoctor.loader.indexed import IndexedDataset
 from loaderdoctor.loader.pickling import pickled_bytes
 from loaderdoctor.loader.settings import Settings, quiet_worker_count_advice
@@ -79,6 +79,7 @@ class ProbeSession(EpochLoop):
             host=host_facts(),
             dataset=type(spec.dataset).__name__,
             dataset_len=length_or_none(spec.dataset),
+            loader_class=class_words(spec.own.cls),
         )
         if start_method in ("spawn", "forkserver"):
             self.rec.pickled_dataset_bytes = pickled_bytes(spec, start_method)

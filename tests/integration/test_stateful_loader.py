@@ -1,6 +1,7 @@
-"""`loaderdoctor run` on torchdata's StatefulDataLoader, which neither makes nor iterates itself through torch's
-DataLoader: seen, named by its class, and its state_dict() taken mid-epoch under the watch resumes as it does
-unwatched (the same samples after the state as a plain run gives); under torchrun its ranks are watched too."""
+"""torchdata's StatefulDataLoader, which neither makes nor iterates itself through torch's DataLoader: under
+`loaderdoctor run` it is seen, named by its class, and its state_dict() taken mid-epoch under the watch resumes as it
+does unwatched (the same samples after the state as a plain run gives); under torchrun its ranks are watched too;
+`check` measures it and its fix as a StatefulDataLoader, and the snippet says so."""
 
 from __future__ import annotations
 
@@ -98,3 +99,34 @@ def test_the_stateful_dataloaders_of_torchruns_ranks_are_watched(tmp_path):
     assert sorted(loaders) == ["train.py:14/rank0", "train.py:14/rank1"], result.stderr
     assert [loaders[name]["measurements"]["batches"] for name in sorted(loaders)] == [16, 16]  # 128 / 2 / 8 x 2
     assert "could not be watched" not in result.stderr
+
+
+STARVED_TARGET = """\
+import time, torch
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+class Slow(Dataset):  # 8 x 3 ms of loading a batch in the training process, against a 5 ms step
+    def __len__(self):
+        return 512
+    def __getitem__(self, i):
+        time.sleep(0.003)
+        return torch.full((8,), float(i))
+
+def loaders():
+    return StatefulDataLoader(Slow(), batch_size=8, num_workers=0, snapshot_every_n_steps=5)
+"""
+
+
+def test_check_measures_a_stateful_dataloader_and_its_fix_as_its_own_class(tmp_path):
+    (tmp_path / "data.py").write_text(STARVED_TARGET)
+    result = _python(["-m", "loaderdoctor", "check", "data.py:loaders", "--step-ms", "5", "--budget", "30",
+                      "--json"], tmp_path)  # fmt: skip
+    assert result.returncode == 1, result.stderr  # critical: input-bound
+    (loader,) = json.loads(result.stdout)["loaders"].values()
+    stateful = "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader"
+    assert loader["recording"]["loader_class"] == stateful
+    verification = loader["verification"]
+    assert verification["verdict"] == "faster", verification
+    assert verification["after_recording"]["loader_class"] == stateful
+    assert verification["before"] * 2 < verification["after"]  # 8 x 3 ms a batch against 5 ms: far faster
