@@ -118,7 +118,7 @@ class FailureHandling:
             # the others (torch would notice only at its next 5 s check).
             children.interrupt(inner)
         elif interrupter is not None and ended is not Ended.INTERRUPTED:
-            log.error("loaderdoctor guard: SIGUSR2 has another handler now: the stuck next() cannot be interrupted")
+            log.error("loaderdoctor guard: %s", interrupter.why_not())
 
     def _record_stall(self, inner: Inner, notice: StallNotice, stacks: list[WorkerStack], *, interrupted: bool) -> None:
         self._last_stacks = stacks

@@ -169,7 +169,7 @@ class ProbeSession(EpochLoop):
         )
         if ended is Ended.WAITING:
             if self.consumer is threading.main_thread():
-                log.error("SIGUSR2 has another handler now: the stuck next() cannot be interrupted")
+                log.error("%s", self.interrupter.why_not())
             else:
                 log.error("loading is stuck in a thread that cannot be interrupted: see the stack above")
 

@@ -63,6 +63,16 @@ class MainThreadInterrupter:
             return  # next() returned meanwhile: nothing left to end
         chain(previous, signum, frame)
 
+    def why_not(self) -> str:
+        """Why interrupt() sends nothing now, in words."""
+        if self._handler.installed and not self._handler.current():
+            name = signal.Signals(INTERRUPT_SIGNAL).name
+            return f"{name} has another handler now: the stuck next() cannot be interrupted"
+        if not self.armed:
+            return ("the stuck wait is not inside next() (iter() starting the epoch's workers, say), which alone can "
+                    "be interrupted: see the stack above")  # fmt: skip
+        return "the main thread cannot be interrupted from here"
+
     def interrupt(self) -> bool:
         """End the main thread's next(), if it is in one; whether a signal was sent."""
         with self._lock:
