@@ -136,10 +136,14 @@ class ProbeSession(EpochLoop):
             self.book.created(event)
         elif isinstance(event, BatchDelivered):
             self.rec.batches.append(self.book.delivered(event, self.clock()))
-            if self.book.startup_just_ended():
-                self.poller.poll_soon()  # the workers' memory as they start: the base of their growth
+            if self.book.startup_just_ended() or event.first_batch_s is not None:
+                # The workers' memory as they start (the base of their growth) and as each epoch begins, however
+                # short the epochs: a trend to judge growth by, where rounds spaced by their cost would leave a
+                # run of short epochs one reading after start-up.
+                self.poller.poll_soon()
         elif isinstance(event, BatchFailed):
             self.book.failed(event)  # what the failure was, the loop records where next() raised it (epochs.py)
+
 
     def on_stall(self, notice: StallNotice) -> None:
         """From the watchdog's thread: capture where loading is stuck, then end the stuck next() (see stalls.py).

@@ -116,15 +116,18 @@ def memory_growth(rec: Recording) -> Finding | None:
     if growth_bytes < _named_growth_bytes(rec):
         return None
     rising = [r for r in map(_still_rising, worker_samples_after_startup(rec).values()) if r is not None]
-    if not rising:
-        return None  # too few samples to tell a leak from a one-time copy
-    still_rising = sum(rising) * 2 >= len(rising)
+    # Too few readings to tell a leak from a one-time copy (a short run): the growth itself is named all the same.
+    still_rising = sum(rising) * 2 >= len(rising) if rising else None
     workers, ranks = max(1, rec.settings.num_workers), max(1, rec.host.local_ranks)
     total_bytes = growth_bytes * workers * ranks
     seconds = statistics.median(s for _, _, s in growth.values())
     growth_mb, total_mb = mb(growth_bytes), mb(total_bytes)
     copies = plural(workers, "worker") + (f" × {ranks} local ranks" if ranks > 1 else "")
-    if still_rising:
+    if still_rising is None:
+        severity = "warning"
+        title = (f"Each worker's memory grew by {growth_mb:g} MB in {seconds:.1f} s after start-up (too few "
+                 "readings to tell whether it still grows)")  # fmt: skip
+    elif still_rising:
         severity = "critical" if growth_bytes >= GROWTH_CRITICAL_BYTES else "warning"
         title = f"Each worker's memory grew by {growth_mb:g} MB in {seconds:.0f} s after start-up and is still growing"
     else:
@@ -155,7 +158,7 @@ def memory_growth(rec: Recording) -> Finding | None:
             "local_ranks": ranks,
             "total_mb": total_mb,
         },
-        fix=_growth_fix(rec, still_rising, growth_mb, total_mb, copies),
+        fix=_growth_fix(rec, still_rising is not False, growth_mb, total_mb, copies),
         snippet=COMPACT_STORAGE_SNIPPET if rec.start_method == "fork" else BOUNDED_CACHE_SNIPPET,
         settings_change={},
         # It costs memory, not time; the size only ranks it among other findings.

@@ -162,9 +162,10 @@ class WorkerPoller:
         self._thread.wake()
 
     def pause(self) -> None:
-        """Stop sampling until resume(), with a last sample of CPU now (idle workers need no watching meanwhile)."""
+        """Stop sampling until resume(), with a last sample now (idle workers need no watching meanwhile): CPU to
+        close the window, and private memory, which the loop no longer waits on (the last reading of growth)."""
         if self._active.is_set():
-            self.poll_once(private_memory=False)
+            self.poll_once()
             self._active.clear()
 
     def resume(self) -> None:

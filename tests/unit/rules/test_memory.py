@@ -9,6 +9,7 @@ import pytest
 from recordings import MIB, make_host, make_recording
 
 from loaderdoctor.loader.settings import Settings
+from loaderdoctor.recording.usage import worker_samples_after_startup
 from loaderdoctor.rules.memory import memory_growth
 
 TWO_PERSISTENT = Settings(num_workers=2, persistent_workers=True)
@@ -105,3 +106,14 @@ def test_a_spawned_workers_one_time_fill_gets_no_copy_on_read_advice():
     assert "13246" not in finding.fix and "copy-on-read" not in finding.fix
     assert "lru_cache" in finding.fix and "lru_cache" in finding.snippet
     assert "leak" not in (finding.title + finding.fix).lower()
+
+
+def test_growth_seen_in_too_few_readings_to_tell_its_trend_is_named_all_the_same():
+    # A cache that grows 1 MiB a sample in 3 short epochs: two readings of each worker after its first batch.
+    rec = _run(0.6, lambda t: 15.0 + 500.0 * t)
+    assert {len(s) for s in worker_samples_after_startup(rec).values()} == {2}
+    finding = memory_growth(rec)
+    assert finding is not None and finding.severity == "warning"
+    assert finding.evidence["still_rising"] is None and finding.evidence["growth_mb_per_worker"] >= 140
+    assert "too few readings to tell whether it still grows" in finding.title
+    assert "lru_cache" in finding.fix or "numpy" in finding.fix

@@ -330,14 +330,15 @@ def test_the_machines_busy_time_leaves_out_a_virtual_machines_steal_and_its_gues
     assert machine_busy_cpu_s() == pytest.approx(10.0 + 1.0 + 2.0 + 0.5 + 0.5)  # the guests' is in user's
 
 
-def test_a_round_of_the_cpu_only_reads_no_private_memory_and_pausing_takes_such_rounds():
+def test_a_round_of_the_cpu_only_reads_no_private_memory_resuming_takes_such_a_round_and_pausing_reads_it():
     clock = FakeClock()
     poller = WorkerPoller(lambda: [os.getpid()], clock=clock)
     poller.poll_once(private_memory=False)
-    poller.pause()
+    poller.pause()  # a window's end: the loop no longer waits, and growth gets its last reading
     poller.resume()
     assert len(poller.readings) == 3 and len(poller.host_readings) == 3
-    for sample in poller.readings:
-        assert sample.uss_bytes is None and sample.rss_bytes > 0 and sample.cpu_s > 0
+    first, paused, resumed = poller.readings
+    assert first.uss_bytes is None and resumed.uss_bytes is None and paused.uss_bytes > 0
+    assert all(sample.rss_bytes > 0 and sample.cpu_s > 0 for sample in poller.readings)
     poller.poll_once()
     assert poller.readings[-1].uss_bytes > 0
