@@ -144,7 +144,6 @@ class ProbeSession(EpochLoop):
         elif isinstance(event, BatchFailed):
             self.book.failed(event)  # what the failure was, the loop records where next() raised it (epochs.py)
 
-
     def on_stall(self, notice: StallNotice) -> None:
         """From the watchdog's thread: capture where loading is stuck, then end the stuck next() (see stalls.py).
         Workers killed: torch notices at once through its SIGCHLD handler in the main thread, else within its
