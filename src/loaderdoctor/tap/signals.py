@@ -306,7 +306,8 @@ class SignalRaises:
         now = time.monotonic()
         self._waiting_since = self._waiting_since or now
         if frame is not None and (frame.f_code is _UNRAISABLE_CODE or (
-                _in_standard_library(frame) and now - self._waiting_since < WAIT_FOR_SAFE_S)):  # fmt: skip
+                (_in_standard_library(frame) or _making_an_iterator(frame))
+                and now - self._waiting_since < WAIT_FOR_SAFE_S)):  # fmt: skip
             self._pending = True
             return
         self._pending = False
@@ -355,6 +356,25 @@ def _in_fork_hooks(frame: Any) -> bool:
         return True
     while frame is not None:
         if frame.f_code is _FORK_LAUNCH and "pid" not in getattr(frame.f_locals.get("self"), "__dict__", {"pid": 0}):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_ITERATOR_SETUP = ("__init__", "_reset")  # torch's iterator methods whose attributes its __del__ needs, all set
+_SETUP_DEPTH = 12
+
+
+def _making_an_iterator(frame: Any) -> bool:
+    """Whether `frame` (or one of its callers, close by) is torch's DataLoader iterator being made or reset: an
+    exception there leaves an iterator that its own __del__ cannot shut down ("Exception ignored in: ... no
+    attribute '_workers_status'"), where the same signal a moment later ends the workers cleanly."""
+    dataloader = sys.modules.get("torch.utils.data.dataloader")
+    base = getattr(dataloader, "_BaseDataLoaderIter", None)
+    for _ in range(_SETUP_DEPTH):
+        if frame is None or base is None:
+            return False
+        if frame.f_code.co_name in _ITERATOR_SETUP and isinstance(frame.f_locals.get("self"), base):
             return True
         frame = frame.f_back
     return False

@@ -309,3 +309,21 @@ def test_uninstalling_waits_out_a_burst_under_way_so_that_its_rest_reaches_no_ha
     later.join()
     assert 0.3 <= time.monotonic() - started < 2.0
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_stop_signal_waits_while_torchs_iterator_is_being_made():
+    import sys
+
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    from loaderdoctor.tap.signals import _making_an_iterator
+
+    seen = {}
+
+    class Making(_BaseDataLoaderIter):
+        def __init__(self) -> None:  # torch's own sets its attributes here; a signal now would leave half of them
+            seen["inside"] = _making_an_iterator(sys._getframe())
+
+    Making()
+    assert seen["inside"] is True
+    assert _making_an_iterator(sys._getframe()) is False
