@@ -85,6 +85,21 @@ def register(rank: int | None, error: str | None = None) -> None:
         _say(f"loaderdoctor: process {os.getpid()} could not register with its job: {failure}")
 
 
+def registered(folder: "Any") -> "dict[int, dict[str, Any]]":
+    """The processes that registered with the job of `folder`: pid -> what they said of themselves (a file that
+    cannot be read is left out)."""
+    import json
+
+    found = {}
+    for path in folder.glob(PROCESS_FILE.format(pid="*")):
+        try:
+            fields = json.loads(path.read_text())
+            found[int(fields["pid"])] = fields
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
 def rank_from_environment() -> int | None:
     """The rank a launcher gave this process in its environment (RANK, else LOCAL_RANK), or None."""
     for variable in RANK_VARIABLES:

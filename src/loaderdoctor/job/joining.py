@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import py_compile
 import socket
@@ -161,7 +160,7 @@ def _joined(
     if run.ended_by in ("Ctrl-C", "SIGTERM"):  # its processes got it too (Ctrl-C), or will not end by themselves
         grace_s = min(grace_s, SIGNALLED_GRACE_S)
     _wait_for(folder, grace_s)
-    registered = _registered(folder)
+    registered = jobhook.registered(folder)
     written: list[tuple[dict[str, Any], list[LoaderRun]]] = []
     for path in sorted(folder.glob(RESULT_FILE.format(pid="*"))):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -276,16 +275,6 @@ def _rank_order(fields: dict[str, Any]) -> tuple[bool, int]:
     """Ranks first, in order; then the processes without one."""
     rank = fields.get("rank")
     return (rank is None, rank if isinstance(rank, int) else 0)
-
-
-def _registered(folder: Path) -> dict[int, dict[str, Any]]:
-    """The processes that registered with the job: pid -> what they said of themselves."""
-    found = {}
-    for path in folder.glob(PROCESS_FILE.format(pid="*")):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            fields = json.loads(path.read_text())
-            found[int(fields["pid"])] = fields
-    return found
 
 
 def _running(folder: Path) -> set[int]:

@@ -22,6 +22,7 @@ class SubclassHooks:
         self._hooked: dict[tuple[type, str], tuple[Method, Method]] = {}
         self._hooks: dict[str, HookOf] = {}
         self._init_subclass: Any = None
+        self._ours: Any = None
 
     def install(self, *, init_hook_of: HookOf, iter_hook_of: HookOf) -> None:
         """Hook every subclass's own methods, now and as subclasses are defined."""
@@ -29,14 +30,18 @@ class SubclassHooks:
         for cls in _subclasses(TorchDataLoader):
             self._hook(cls)
         hooks = self
-        self._init_subclass = TorchDataLoader.__dict__.get("__init_subclass__")
+        before = self._init_subclass = TorchDataLoader.__dict__.get("__init_subclass__")
 
         def __init_subclass__(cls: type, **kwargs: Any) -> None:
-            super(TorchDataLoader, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
+            if before is not None:  # the one in place before (the job's startup hook's), as it would have run
+                before.__get__(None, cls)(**kwargs)
+            else:
+                super(TorchDataLoader, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
             if hooks._hooks:
                 hooks._hook(cls)
 
-        TorchDataLoader.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+        self._ours = classmethod(__init_subclass__)
+        TorchDataLoader.__init_subclass__ = self._ours  # type: ignore[assignment]
 
     def _hook(self, cls: type) -> None:
         for name, hook_of in self._hooks.items():
@@ -68,9 +73,10 @@ class SubclassHooks:
             if cls.__dict__.get(name) is hook:
                 setattr(cls, name, original)
         self._hooked = {}
+        if TorchDataLoader.__dict__.get("__init_subclass__") is not self._ours:
+            return  # another was set since: it stays, and ours (which chains) with it
         if self._init_subclass is None:
-            if "__init_subclass__" in TorchDataLoader.__dict__:
-                del TorchDataLoader.__init_subclass__
+            del TorchDataLoader.__init_subclass__
         else:
             TorchDataLoader.__init_subclass__ = self._init_subclass
 

@@ -7,9 +7,7 @@ its training is over, then Ray ends it with no exit (no atexit)."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
-import json
 import os
 import signal
 import socket
@@ -21,7 +19,7 @@ from typing import Any
 from torch.utils.data.dataloader import DataLoader as TorchDataLoader
 
 from loaderdoctor.job.endmeeting import WAIT_S, meet_at_end, so_far_sent_key
-from loaderdoctor.job.hook import PROCESS_FILE, RESULT_FILE, SO_FAR_RESULT_FILE, rank_from_environment
+from loaderdoctor.job.hook import RESULT_FILE, SO_FAR_RESULT_FILE, rank_from_environment, registered
 from loaderdoctor.job.loaders import LoaderRun
 from loaderdoctor.job.onerank import _RankLoaders
 from loaderdoctor.job.places import rank_0_elsewhere, this_place
@@ -198,7 +196,8 @@ class JobProcessLoaders(_RankLoaders):
         failing = getattr(sys, "last_value", None) is not None or (
             self.terminated is not None and self.terminated.received is not None
         )
-        met = meet_at_end(self.job, runs, _ranks_here(self.folder), here=this_place(self.joined_by), say=_say,
+        here = {fields["rank"] for fields in registered(self.folder).values() if isinstance(fields.get("rank"), int)}
+        met = meet_at_end(self.job, runs, here, here=this_place(self.joined_by), say=_say,
                           wait_s=FAILING_WAIT_S if failing else WAIT_S,
                           stopped=lambda: bool(self.signals_noted))  # fmt: skip
         if met.sent:
@@ -208,14 +207,3 @@ class JobProcessLoaders(_RankLoaders):
             written["gathered"] = {str(rank): {"host": met.hosts.get(rank, ""), "loaders": [r.to_dict() for r in rs]}
                                    for rank, rs in met.loaders.items()}  # fmt: skip
         return written
-
-
-def _ranks_here(folder: Path) -> set[int]:
-    """The ranks that registered in the job's `folder`: this `run` joins them."""
-    ranks = set()
-    for path in folder.glob(PROCESS_FILE.format(pid="*")):
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            rank = json.loads(path.read_text()).get("rank")
-            if isinstance(rank, int):
-                ranks.add(rank)
-    return ranks

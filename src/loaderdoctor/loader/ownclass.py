@@ -12,7 +12,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 _TORCH_ARGUMENTS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {"self"}
-_POSITIONAL_ONLY = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def own_class(loader: Any) -> tuple[OwnClass, str | None]:
         return OwnClass(), f"{name}'s constructor does not say its arguments ({error})"
     own: dict[str, Any] = {}
     for argument, parameter in list(parameters.items())[1:]:  # after self
-        if argument in _TORCH_ARGUMENTS or parameter.kind in _POSITIONAL_ONLY:
+        if argument in _TORCH_ARGUMENTS or parameter.kind in _VARIADIC:
             continue
         kept = next((key for key in (argument, f"_{argument}") if key in vars(loader)), None)
         if kept is not None:
