@@ -221,9 +221,18 @@ def mean_batch_bytes(rec: Recording) -> float | None:
     return statistics.mean(b.nbytes for b in rec.batches) if rec.batches else None
 
 
-def data_wait_s(batch: BatchRecord) -> float:
-    """The time the loop waited in next() for this batch's data: its wait, less the time the loop's own thread
-    was runnable but descheduled meanwhile (other processes held the cores: the machine's load, not the data's)."""
+def loads_in_the_loop(rec: Recording) -> bool:
+    """Whether loading runs in the training loop's own thread, inside next() (no workers): then the time that
+    thread was descheduled in next() was loading's time, as slow as the machine's load makes it."""
+    return rec.settings.num_workers == 0
+
+
+def data_wait_s(batch: BatchRecord, *, loads_in_the_loop: bool = False) -> float:
+    """The time the loop waited in next() for this batch's data. Where workers load, its wait less the time the
+    loop's own thread was runnable but descheduled meanwhile (other processes held the cores: the machine's load,
+    not the data's). Where the loop's thread loads, all of its wait: descheduled or not, that thread was loading."""
+    if loads_in_the_loop:
+        return batch.wait_s
     return max(0.0, batch.wait_s - (batch.wait_run_delay_s or 0.0))
 
 
@@ -232,20 +241,24 @@ NOTABLE_DESCHEDULED_WAIT_S = 0.0005
 
 
 def descheduled_wait_s(rec: Recording, window: Window | None = None) -> float | None:
-    """The mean, over steady batches, of the part of next()'s wait that the loop's thread was descheduled (see
-    data_wait_s); None where it was not counted."""
+    """The mean, over steady batches, of the part of next()'s wait that the loop's thread was descheduled, left
+    out of the wait for data (see data_wait_s); None where it was not counted, or where the loop's thread loads
+    (nothing is left out then)."""
+    if loads_in_the_loop(rec):
+        return None
     delays = [b.wait_run_delay_s for b in steady_batches(rec, window) if b.wait_run_delay_s is not None]
     return statistics.mean(delays) if delays else None
 
 
 def wait_fraction(rec: Recording, window: Window | None = None) -> float | None:
-    """Share of steady-state time the training loop spent waiting in next() for data (data_wait_s: the time it
-    was itself descheduled left out); None without a training step."""
+    """Share of steady-state time the training loop spent waiting in next() for data (data_wait_s: where workers
+    load, the time it was itself descheduled left out); None without a training step."""
     if rec.step_s is None:
         return None
     steady = steady_batches(rec, window)
     total = sum(b.wait_s + b.step_s for b in steady)
-    return sum(data_wait_s(b) for b in steady) / total if total > 0 else None
+    in_loop = loads_in_the_loop(rec)
+    return sum(data_wait_s(b, loads_in_the_loop=in_loop) for b in steady) / total if total > 0 else None
 
 
 def startup_s(rec: Recording) -> float:

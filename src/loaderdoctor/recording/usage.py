@@ -65,10 +65,11 @@ class LoadingCpu:
 
     @property
     def run_delay_share(self) -> float | None:
-        """The share of its loaders' time loading was ready to run but descheduled (None: not counted)."""
+        """The share of its loaders' time loading was ready to run but descheduled, at most all of it (None: not
+        counted). A process's count sums its threads', which can pass its wall time: a share cannot."""
         if self.run_delay_cores is None or not self.loaders:
             return None
-        return self.run_delay_cores / self.loaders
+        return min(1.0, self.run_delay_cores / self.loaders)
 
     @property
     def compute_share(self) -> float:

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from loaderdoctor.integrations.trainer.hooked import HookedLoader
 from loaderdoctor.integrations.trainer.loadingerrors import raised_in_loading
-from loaderdoctor.recording.record import wait_fraction
+from loaderdoctor.recording.record import Recording, wait_fraction
 
 
 class Clock:
@@ -28,8 +28,8 @@ class Raises(Dataset):
         raise ValueError(f"sample {index} is corrupt")
 
 
-def _hooked(clock: Clock, cpu: Clock, run_delay=lambda: None) -> HookedLoader:
-    loader = DataLoader(list(range(40)), batch_size=4)
+def _hooked(clock: Clock, cpu: Clock, run_delay=lambda: None, num_workers: int = 0) -> HookedLoader:
+    loader = DataLoader(list(range(40)), batch_size=4, num_workers=num_workers)
     return HookedLoader(
         "toy/train", [loader], batches_per_epoch=10, workers=lambda: [], clock=clock, cpu_clock=cpu, run_delay=run_delay
     )
@@ -101,11 +101,11 @@ def test_errors_raised_in_the_dataloader_are_told_from_others():
     assert not raised_in_loading(stepping.value)
 
 
-def test_the_time_the_hooks_thread_was_descheduled_is_no_wait_for_data():
-    # Another process held the cores for 8 of each batch's 10 ms between the hooks: the machine's load, not the
-    # data's (read from the thread's run delay, as the tap reads a loop's)
+def _descheduled_between_the_hooks(num_workers: int) -> Recording:
+    """Another process held the cores for 8 of each batch's 10 ms between the hooks (read from the thread's run
+    delay, as the tap reads a loop's)."""
     clock, cpu, delay = Clock(), Clock(), Clock()
-    hooked = _hooked(clock, cpu, run_delay=delay)
+    hooked = _hooked(clock, cpu, run_delay=delay, num_workers=num_workers)
     hooked.epoch_started()
     for _ in range(10):
         clock.now += 0.01
@@ -114,9 +114,18 @@ def test_the_time_the_hooks_thread_was_descheduled_is_no_wait_for_data():
         clock.now += 0.02
         hooked.batch_ended()
     hooked.epoch_ended()
-    rec = hooked.finish(history=False, main=False).recording
+    return hooked.finish(history=False, main=False).recording
+
+
+def test_the_time_the_hooks_thread_was_descheduled_is_no_wait_for_data_where_workers_load():
+    rec = _descheduled_between_the_hooks(num_workers=2)
     assert [b.wait_run_delay_s for b in rec.batches] == pytest.approx([0.008] * 10)
-    assert wait_fraction(rec) == pytest.approx(0.002 / 0.03, rel=0.01)  # of the loop's time; not 0.01 / 0.03
+    assert wait_fraction(rec) == pytest.approx(0.002 / 0.03, rel=0.01)  # the machine's load, not the data's
+
+
+def test_where_the_loops_thread_loads_its_time_descheduled_between_the_hooks_is_loading():
+    rec = _descheduled_between_the_hooks(num_workers=0)
+    assert wait_fraction(rec) == pytest.approx(0.01 / 0.03, rel=0.01)  # that thread was loading all along
 
 
 class PreemptedCpuClock:

@@ -129,3 +129,24 @@ def test_loading_in_the_main_process_takes_its_run_delay_from_the_tap_when_it_re
     rec = _descheduled(make_recording(settings=LoaderSettings(), wait_s=0.04, step_s=0.01), 0.02)
     cpu = loading_cpu(rec)
     assert cpu.run_delay_share == pytest.approx(0.5, rel=0.05)  # 20 ms of each 40 ms wait off the cores
+
+
+def test_where_the_loops_own_thread_loads_its_time_descheduled_in_next_is_loading():
+    # Issue 49's litdata loader with num_workers=0 beside two hogs: 2,069 ms in next() a batch against a 27 ms step,
+    # most of it the loop's thread descheduled. That thread was loading: the wait is all the loader's, at any load.
+    from loaderdoctor.loader.settings import Settings as LoaderSettings
+    from loaderdoctor.recording.record import descheduled_wait_s
+    from loaderdoctor.recording.usage import LoadingCpu
+
+    quiet = make_recording(settings=LoaderSettings(), wait_s=2.069, step_s=0.027)
+    loaded = _descheduled(quiet, 1.7)
+    assert wait_fraction(loaded) == pytest.approx(wait_fraction(quiet)) == pytest.approx(2.069 / 2.096, rel=0.01)
+    finding = input_bound(loaded)
+    assert finding is not None and finding.severity == "critical"
+    assert descheduled_wait_s(loaded) is None and "wait_descheduled_ms_mean" not in finding.evidence
+    # With workers, the same wait descheduled is the machine's, not the data's: left out as before.
+    workers = _descheduled(make_recording(settings=LoaderSettings(num_workers=2), wait_s=2.069, step_s=0.027), 1.7)
+    assert wait_fraction(workers) == pytest.approx(0.369 / 2.096, rel=0.01)
+    # A share of the time is never above all of it, whatever a process's threads summed.
+    # (the process's run delay is its threads' together: 1.4 s a second was printed as "descheduled 141%").
+    assert LoadingCpu(0.6, 1, 2.0, None, 1.5, run_delay_cores=1.41).run_delay_share == 1.0

@@ -50,7 +50,7 @@ def test_a_check_report_is_logged_to_a_run_of_its_own_and_reads_back(store):
     assert run.info.run_name == "loaderdoctor check demo"
     assert run.data.metrics == {
         "loaderdoctor/train/batches_per_s": 7.461,
-        "loaderdoctor/train/wait_fraction": 0.6276,
+        "loaderdoctor/train/wait_fraction": 0.8474,  # measured anew from the saved recording (see saved_reports.py)
         "loaderdoctor/train/share_of_limit": 0.334,
         "loaderdoctor/train/verified_speedup": 4.295,
     }

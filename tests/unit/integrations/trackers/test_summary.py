@@ -23,7 +23,7 @@ def test_a_check_report_gives_the_rate_wait_limit_and_verified_speedup_and_its_f
     assert (summary.kind, summary.target) == ("check", "demo")
     assert summary.figures == {
         "train/batches_per_s": 7.461,
-        "train/wait_fraction": 0.6276,
+        "train/wait_fraction": 0.8474,  # measured anew from the saved recording (see saved_reports.py)
         "train/share_of_limit": 0.334,
         "train/verified_speedup": 4.295,
     }

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.workers]
 
 FIGURES = {
     "loaderdoctor/train/batches_per_s": 7.461,
-    "loaderdoctor/train/wait_fraction": 0.6276,
+    "loaderdoctor/train/wait_fraction": 0.8474,  # measured anew from the saved recording (see saved_reports.py)
     "loaderdoctor/train/share_of_limit": 0.334,
     "loaderdoctor/train/verified_speedup": 4.295,
 }
