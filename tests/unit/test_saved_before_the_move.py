@@ -54,6 +54,7 @@ ADDED_SINCE = {
     "drawn_indices": None,
     "drawn_fingerprints": [],
     "loader_class": "",  # the loader's class when it is not torch's DataLoader itself
+    "thread_cpu_s": None,  # a worker reading's: each of its threads' CPU
 }
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 # And those whose reading changed since: this loader loads in the loop's own thread (num_workers=0), whose time

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -150,9 +151,13 @@ class Settings:
         name = loader_class.rpartition(".")[2][:100] or "DataLoader"
         call = f"loader = {name}(" + ", ".join(args) + ")"
         if self.num_workers and self.worker_threads:
+            n = self.worker_threads
             return (
-                "def worker_init_fn(worker_id):\n"
-                f"    torch.set_num_threads({self.worker_threads})  # cv2.setNumThreads(0) too, with OpenCV\n"
+                "def worker_init_fn(worker_id):  # what loaderdoctor measured\n"
+                "    import sys\n\n"
+                f"    torch.set_num_threads({n})  # torch's own pool (OpenMP)\n"
+                '    if "cv2" in sys.modules:  # OpenCV keeps a pool of its own in every worker\n'
+                f'        sys.modules["cv2"].setNumThreads({n})\n'
                 "\n" + call
             )
         return call
@@ -211,7 +216,17 @@ class _WorkerInit:
                 raise
         if self.worker_threads:
             # After the user's function, since that is where thread pools are usually enlarged.
-            torch.set_num_threads(self.worker_threads)
+            limit_worker_pools(self.worker_threads)
+
+
+def limit_worker_pools(threads: int) -> None:
+    """Limit the thread pools of this worker that a call can set: torch's own (OpenMP), and OpenCV's where the
+    worker has it loaded (it keeps a pool per core in every forked worker, whatever torch's is)."""
+    torch.set_num_threads(threads)
+    cv2 = sys.modules.get("cv2")
+    set_threads = getattr(cv2, "setNumThreads", None)
+    if callable(set_threads):
+        set_threads(threads)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from loaderdoctor.plain.words import plural
 from loaderdoctor.probe.verification import Verification
 from loaderdoctor.recording.rates import first_startup_s, training_rate
 from loaderdoctor.recording.record import OtherProcess, Recording, Window, steady_batches
+from loaderdoctor.recording.threads import busy_threads_per_worker
 from loaderdoctor.recording.usage import BUSY_OTHER_CORES, other_cores
 
 # A gain under this is not worth changing settings for, whatever the measuring shows.
@@ -101,7 +102,13 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
         )  # fmt: skip
     speedup = rate_after / rate_before
     spread = (min(ratios), max(ratios))
+    under_load = all(p.other_cores >= BUSY_OTHER_CORES for p in used)
+    unsteady = under_load and spread[1] > UNSTEADY_SPREAD * spread[0]
     verdict = decide(speedup, ratios, kind)
+    # "As fast" is a gain only where the fix saves what it is for (processes or threads), and only where the pairs
+    # could show it: pairs too unsteady for one figure show no clear difference, which verifies nothing.
+    if verdict == "as-fast" and (unsteady or (kind == "cost" and not _runs_fewer(before, after))):
+        verdict = "no-gain"
     startups = first_startup_s(before), first_startup_s(after)
     if verdict in ("no-gain", "as-fast") and _starts_sooner(*startups):
         verdict = "quicker-start"
@@ -112,8 +119,6 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
             f"; {plural(len(busy), 'more pair')} measured while other processes took up to {taken:.1f} cores "
             f"({_x_range(busy)}) left out"
         )
-    under_load = all(p.other_cores >= BUSY_OTHER_CORES for p in used)
-    unsteady = under_load and spread[1] > UNSTEADY_SPREAD * spread[0]
     if under_load:
         low, high = min(p.other_cores for p in used), max(p.other_cores for p in used)
         taken = f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f}"
@@ -133,6 +138,14 @@ def compare(before: Recording, after: Recording, kind: str) -> Verification:
         spread=spread, pairs=len(ratios), busy_pairs=len(busy), under_load=under_load, unsteady=unsteady,
         **common,
     )  # fmt: skip
+
+
+def _runs_fewer(before: Recording, after: Recording) -> bool:
+    """Whether the fix ran fewer worker processes, or fewer threads busy in them, than the original settings."""
+    if after.settings.num_workers < before.settings.num_workers:
+        return True
+    busy_before, busy_after = busy_threads_per_worker(before), busy_threads_per_worker(after)
+    return busy_before is not None and busy_after is not None and busy_after < busy_before
 
 
 def _unsteady_note(verdict: str, spread: tuple[float, float], pairs: int, taken: str) -> str:

@@ -50,6 +50,8 @@ LABELS: dict[str, tuple[str, str]] = {
     "settings": ("settings", ""),
     "sharing_strategy": ("sharing strategy", ""),
     "threads_per_worker": ("threads per worker", ""),
+    "busy_threads_per_worker": ("busy threads per worker", ""),
+    "pool_cores_per_worker": ("a worker's other threads used", "cores"),
     "threads": ("threads", ""),
     "native_threads": ("native threads", ""),
     "pids": ("pids", ""),

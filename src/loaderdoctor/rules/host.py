@@ -9,6 +9,7 @@ from loaderdoctor.host.facts import program_name
 from loaderdoctor.plain.numbers import rounded
 from loaderdoctor.plain.words import percent, plural
 from loaderdoctor.recording.record import Recording, mean_batch_bytes, wait_fraction
+from loaderdoctor.recording.threads import busy_threads_per_worker, pool_cores_per_worker
 from loaderdoctor.recording.usage import LoadingCpu, loading_cpu
 from loaderdoctor.rules._common import (
     DEFAULT_PREFETCH_FACTOR,
@@ -63,13 +64,19 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
         return None
     cores = rec.host.usable_cores
     threads = threads_per_worker(rec)
-    pooled = threads is not None and threads >= POOLED_THREADS_PER_WORKER
+    # Where each thread's CPU was read, a worker's threads count as they computed: a library's idle I/O and
+    # bookkeeping threads, or a pool per core with nothing to do, take no core from anyone. In a report saved
+    # before, every thread a worker had counts, as it was judged then.
+    busy_threads = busy_threads_per_worker(rec)
+    computing = threads if busy_threads is None else busy_threads
+    pooled = computing is not None and computing >= (POOLED_THREADS_PER_WORKER if busy_threads is None else 2)
     ranks = rec.host.local_ranks  # every rank of a DDP job on this machine starts as many workers
-    compute_threads = workers * (threads if pooled and threads is not None else 1) * ranks
+    compute_threads = workers * (computing if pooled and computing is not None else 1) * ranks
     cpu = loading_cpu(rec)
     saturated = cpu is not None and _loading_fills_the_cores(cpu)
-    # Pools far beyond the cores compete even where the measurement could not tell how busy the cores were.
-    huge_pools = pooled and compute_threads > MAX_THREADS_PER_CORE * cores
+    # Without each thread's CPU, pools far beyond the cores compete even where the measurement could not tell how
+    # busy the cores were; with it, threads compete only while they compute and the cores are saturated.
+    huge_pools = busy_threads is None and pooled and compute_threads > MAX_THREADS_PER_CORE * cores
     if compute_threads <= cores or not (saturated or huge_pools):
         return None
     fraction = wait_fraction(rec)
@@ -78,8 +85,8 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
     if pooled:
         change["worker_threads"] = 1
         advice.append(
-            "limit each worker to one thread in worker_init_fn (torch.set_num_threads(1), "
-            "cv2.setNumThreads(0)): libraries start a thread pool per core in every worker"
+            "limit each worker's thread pools to one thread in worker_init_fn (torch.set_num_threads(1), and "
+            "cv2.setNumThreads(1) where OpenCV is loaded): libraries start a pool per core in every worker"
         )
     if workers * ranks > cores:
         change["num_workers"] = max(1, int(cores / ranks))
@@ -89,11 +96,13 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
             "cores only take turns on them"
         )
     of_ranks = f"{ranks} ranks × " if ranks > 1 else ""
+    busy_word = "" if busy_threads is None else " busy"
     title = (
-        f"{of_ranks}{plural(workers, 'worker')} × {threads} threads compete for {cores:g} usable cores"
+        f"{of_ranks}{plural(workers, 'worker')} × {computing}{busy_word} threads compete for {cores:g} usable cores"
         if pooled
         else f"{of_ranks}{plural(workers, 'worker')} compete for {cores:g} usable cores"
     )
+    pool_cores = pool_cores_per_worker(rec)
     busy = "" if cpu is None else f", which were {percent(min(cpu.machine_share, 1.0))} busy"
     return Finding(
         rule="cpu-oversubscription",
@@ -102,6 +111,8 @@ def cpu_oversubscription(rec: Recording) -> Finding | None:
         evidence={
             "num_workers": workers,
             "threads_per_worker": threads,
+            **({} if busy_threads is None else {"busy_threads_per_worker": busy_threads}),
+            **({} if pool_cores is None else {"pool_cores_per_worker": round(pool_cores, 2)}),
             "local_ranks": ranks,
             "usable_cores": cores,
             "affinity_cores": rec.host.affinity_cores,

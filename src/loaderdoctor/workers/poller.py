@@ -79,6 +79,31 @@ def run_delay_s(pid: int, proc: Path = Path("/proc")) -> float | None:
     return sum(known) if known else None
 
 
+def thread_counts(pid: int, proc: Path = Path("/proc")) -> tuple[float | None, dict[str, float] | None]:
+    """(the run delay of process `pid`'s live threads together, as run_delay_s gives it; each of its threads' CPU
+    seconds since it started, by thread id), in one pass over /proc/PID/task; (None, None) where the process is
+    gone. A thread that ends meanwhile is left out of both."""
+    task = proc / str(pid) / "task"
+    try:
+        threads = os.listdir(task)
+    except OSError:
+        return None, None
+    delays: list[float] = []
+    cpu: dict[str, float] = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for tid in threads:
+        try:
+            delay = parse_run_delay_s((task / tid / "schedstat").read_text())
+            fields = (task / tid / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if delay is not None:
+            delays.append(delay)
+        with contextlib.suppress(ValueError, IndexError):
+            cpu[tid] = (int(fields[11]) + int(fields[12])) / ticks  # utime and stime
+    return (sum(delays) if delays else None), cpu
+
+
 _THREAD = threading.local()  # each thread's own open /proc/thread-self/schedstat (closed as the thread ends)
 
 
@@ -113,7 +138,7 @@ class _ThreadFile:
 
 class WorkerPoller:
     """A background thread that samples, every interval while active (longer where a round would take more than
-    MAX_SAMPLING_SHARE of a core), each worker's USS/RSS, CPU time, run
+    MAX_SAMPLING_SHARE of a core), each worker's USS/RSS, CPU time (its threads' too), run
     delay and thread count (less `own_threads`, the threads loaderdoctor itself runs in each worker), and the
     machine's and the training process's CPU (to tell other processes' load apart) and its run delay. With
     `keep_rounds`, a long run keeps at most about that many rounds of readings: past it, every other round taken
@@ -200,7 +225,8 @@ class WorkerPoller:
                 continue
             cpu_s = cpu.user + cpu.system
             uss = memory.uss if private_memory else None
-            taken.append(WorkerReading(t_s, pid, uss, memory.rss, cpu_s, threads, run_delay_s(pid)))
+            delay, thread_cpu = thread_counts(pid)
+            taken.append(WorkerReading(t_s, pid, uss, memory.rss, cpu_s, threads, delay, thread_cpu))
         try:
             own = self._own.cpu_times()
             host = HostReading(t_s, machine_busy_cpu_s(), own.user + own.system, run_delay_s(self._own.pid))

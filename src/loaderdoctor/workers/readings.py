@@ -19,6 +19,9 @@ class WorkerReading:
     # Seconds its threads were runnable but waiting for a CPU, since it started (schedstat's run delay); None
     # where the kernel does not count it, and in reports saved before it was recorded.
     run_delay_s: float | None = None
+    # CPU seconds each of its threads has used since it started, by thread id (its main thread's is its pid), to
+    # tell threads that compute from a pool that sleeps; None where /proc was not read, and in reports saved before.
+    thread_cpu_s: dict[str, float] | None = None
 
 
 @dataclass

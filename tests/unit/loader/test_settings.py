@@ -148,8 +148,9 @@ def test_snippet_leaves_out_the_default_prefetch():
 def test_snippet_defines_worker_init_fn_when_limiting_threads():
     snippet = Settings(num_workers=2, worker_threads=1).snippet()
     lines = snippet.splitlines()
-    assert lines[0] == "def worker_init_fn(worker_id):"
-    assert lines[1].startswith("    torch.set_num_threads(1)")
+    assert lines[0].startswith("def worker_init_fn(worker_id):")
+    assert "    torch.set_num_threads(1)  # torch's own pool (OpenMP)" in lines
+    assert '        sys.modules["cv2"].setNumThreads(1)' in lines  # OpenCV's pool, where it is loaded
     assert lines[-1] == "loader = DataLoader(dataset, batch_size=..., num_workers=2, worker_init_fn=worker_init_fn)"
     compile(snippet, "<snippet>", "exec")  # paste-ready: at least valid Python
 

@@ -3,6 +3,7 @@ on loaders in this process (fast, no workers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -123,9 +124,30 @@ def test_a_small_gain_is_no_gain():
 
 def test_safety_and_cost_fixes_need_only_be_as_fast():
     assert compare(_run(0.01), _run(0.0101, settings=FIX, slow={1: 0.5}), "safety").verdict == "as-fast"
-    cost = compare(_run(0.01), _run(0.0101, settings=FIX, slow={1: 0.5}), "cost")
+    four = Settings(num_workers=4, persistent_workers=True)
+    cost = compare(_run(0.01, settings=four), _run(0.0101, settings=FIX, slow={1: 0.5}), "cost")
     assert cost.verdict == "as-fast" and "fewer processes" in cost.note
     assert compare(_run(0.01), _run(0.02, settings=FIX), "safety").verdict == "slower"
+
+
+def test_a_cost_fix_that_runs_as_many_workers_and_busy_threads_saves_nothing():
+    # Issue 49: worker_threads=1 where each worker computed on one thread already (torch sets it in every worker):
+    # "as fast with fewer processes or threads", though none were fewer.
+    same = dataclasses.replace(FIX, worker_threads=1)
+    v = compare(_run(0.01, settings=FIX), _run(0.0101, settings=same, slow={1: 0.5}), "cost")
+    assert v.verdict == "no-gain" and not v.helped
+    assert "fewer processes" not in v.note
+
+
+def test_as_fast_under_load_with_pairs_too_unsteady_for_a_figure_verifies_nothing(monkeypatch):
+    # Issue 49's OpenCV pipeline beside hogs: pairs from 0.6x to 1.4x, "no clear difference", headed "verified fix".
+    from loaderdoctor.render.console import verification_head
+
+    monkeypatch.setattr("loaderdoctor.probe.verdict.other_cores", lambda rec, window=None: 1.0)
+    v = compare(_run(0.01), _run(0.01, settings=FIX, slow={1: 1.8, 3: 0.4}), "safety")
+    assert v.unsteady and v.verdict == "no-gain" and not v.helped
+    assert v.note.startswith("no clear difference (6 pairs of windows")
+    assert verification_head(ORIGINAL, v)[0] != "verified fix"
 
 
 def test_a_run_cut_short_is_not_measured_and_has_no_ratio():
