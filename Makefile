@@ -10,7 +10,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned: no other requirement may pull a different (multi-GB CUDA) build.
 	$(BIN)/pip install --quiet -c constraints.txt torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[threads,test,lightning,huggingface,trackers]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[threads,test,lightning,huggingface,trackers,libraries]'
+	# litdata pulls torchvision, whose wheel cannot load beside the CPU torch ("operator torchvision::nms does not
+	# exist"), and Lightning imports torchvision wherever it is installed: it goes (litdata never imports it).
+	$(BIN)/pip uninstall --quiet -y torchvision
 	touch $@
 
 # The demo's findings are its point: exit status 1 ("a critical finding") is the expected result here.

@@ -65,7 +65,11 @@ _COMPILE_WORKER_MARK = "compile_worker"  # torch/_inductor/compile_worker/__main
 # - Lightning's _ChildProcessObserver ("child-process-observer", started by the DDP subprocess launcher in rank 0)
 #   sleeps 5 s and polls the ranks' Popen objects, which a worker never touches; only once a rank died does it
 #   log (logging resets its locks in a forked child) and kill the job.
+# - tqdm's monitor (TMonitor, "tqdm_monitor", started with the first progress bar: `datasets` draws one as it maps)
+#   sleeps 10 s on an Event, then takes tqdm's own lock to slow down bars that print too often. A forked worker
+#   needs that lock only to draw a tqdm bar itself, which loading a sample does not; it holds no other.
 _BENIGN_THREADS = {
+    ("tqdm", "tqdm/_monitor.py", "TMonitor.run"),
     ("IPython", "IPython/core/history.py", "HistorySavingThread.run"),
     ("lightning", "lightning/fabric/strategies/launchers/subprocess_script.py", "_ChildProcessObserver.run"),
     ("lightning_fabric", "lightning_fabric/strategies/launchers/subprocess_script.py", "_ChildProcessObserver.run"),

@@ -13,7 +13,9 @@ SAFE_START_CHANGE = {"start_method": "forkserver", "persistent_workers": True}
 def fork_unsafe(rec: Recording) -> Finding | None:
     """Workers are forked while threads run, CUDA is initialised or torch.compile works in the parent: a hang
     waiting to happen. Importing a module is no hazard; what runs at fork is."""
-    if rec.settings.num_workers == 0 or rec.start_method != "fork":
+    if rec.settings.num_workers == 0:
+        return _hazards_for_new_workers(rec)
+    if rec.start_method != "fork":
         return None
     hazards = recorded_hazards(rec)
     # The risk is shown by the evidence alone; a stall or a dead worker shows it happened.
@@ -60,6 +62,36 @@ def fork_unsafe(rec: Recording) -> Finding | None:
         snippet=settings_snippet(rec, change),
         settings_change=change,
         impact=1.0 if happened else 0.0,
+    )
+
+
+def _hazards_for_new_workers(rec: Recording) -> Finding | None:
+    """A loader without workers, where workers forked now would inherit a hazard: said, since a fix that adds
+    workers starts them with forkserver for it (rules/prescribe.py), and a start method is never changed for a
+    reason the report does not name."""
+    would_fork = rec.settings.replace(num_workers=1).effective_start_method == "fork"
+    hazards = recorded_hazards(rec)
+    if rec.settings.backend != "process" or not would_fork or not hazards or rec.forkserver_blocker is not None:
+        return None
+    return Finding(
+        rule="fork-unsafe",
+        severity="info",
+        title=f"Workers forked here would start while {hazards.describe()}",
+        evidence={
+            "threads": [t.describe() for t in hazards.threads],
+            "cuda_initialized": hazards.cuda_initialized,
+            "compiled_frames": hazards.compiled_frames,
+            "compile_workers": hazards.compile_workers,
+            "start_method": None,
+        },
+        fix=(
+            "A forked worker inherits every lock the parent's other threads hold, but not the threads that would "
+            "release them: a fix that adds workers starts them with forkserver (persistent, so that they start "
+            "once)" + (f"; or {remedy}, and keep fork." if (remedy := hazards.remedy()) else ".")
+        ),
+        snippet=None,
+        settings_change={},
+        impact=0.0,
     )
 
 

@@ -100,3 +100,37 @@ def test_adding_fork_workers_keeps_fork_where_forkserver_cannot_load_the_loader(
 def test_importing_inductor_is_no_reason_to_leave_fork(fork_by_default):
     rec = make_recording(settings=IN_MAIN_PROCESS, iterators=make_iterators(2, None))  # no thread, no compile
     assert prescribe(rec, [_finding(**MORE_WORKERS)]).start_method is None
+
+
+def test_a_start_method_changed_for_new_workers_is_named_by_a_finding(fork_by_default):
+    # Issue 49's text pipeline: no workers, the fix adds some, and it became forkserver with no word of why.
+    from loaderdoctor.rules.safety import fork_unsafe
+
+    rec = make_recording(settings=IN_MAIN_PROCESS, iterators=make_iterators(2, None, threads=["prefetcher"]))
+    finding = fork_unsafe(rec)
+    assert finding is not None and finding.severity == "info" and finding.settings_change == {}
+    assert finding.title == "Workers forked here would start while 1 other thread ran (prefetcher)"
+    assert "a fix that adds workers starts them with forkserver" in finding.fix
+    assert prescribe(rec, [_finding(**MORE_WORKERS), finding]).start_method == "forkserver"
+    quiet = make_recording(settings=IN_MAIN_PROCESS, iterators=make_iterators(2, None))
+    assert fork_unsafe(quiet) is None and prescribe(quiet, [_finding(**MORE_WORKERS)]).start_method is None
+
+
+def test_tqdms_monitor_is_no_reason_to_leave_fork(fork_by_default):
+    # `datasets` draws a tqdm bar as it maps, which starts tqdm's monitor thread: it holds only tqdm's own lock.
+    import dataclasses
+
+    from loaderdoctor.host.forkhazards import AliveThread
+    from loaderdoctor.rules.safety import fork_unsafe
+
+    monitor = AliveThread("tqdm_monitor", "tqdm/_monitor.py:62 in TMonitor.run", "tqdm")
+    iterators = [dataclasses.replace(it, threads=[monitor]) for it in make_iterators(2, None)]
+    rec = make_recording(settings=IN_MAIN_PROCESS, iterators=iterators)
+    assert fork_unsafe(rec) is None
+    assert prescribe(rec, [_finding(**MORE_WORKERS)]) == Settings(num_workers=2, persistent_workers=True)
+    users = AliveThread("tqdm_monitor", "train.py:12 in run")  # a thread of the user's own, named alike
+    rec = make_recording(
+        settings=IN_MAIN_PROCESS,
+        iterators=[dataclasses.replace(it, threads=[users]) for it in make_iterators(2, None)],
+    )
+    assert prescribe(rec, [_finding(**MORE_WORKERS)]).start_method == "forkserver"
