@@ -24,7 +24,7 @@ from loaderdoctor.recording.epochbook import EpochBook
 from loaderdoctor.recording.forksafety import forkserver_blocker, recorded_hazards
 from loaderdoctor.recording.rates import epoch_overhead_s, first_startup_s
 from loaderdoctor.recording.record import Recording, Stall, Window, WorkerStack
-from loaderdoctor.tap.events import BatchDelivered, BatchFailed, Event, IteratorCreated
+from loaderdoctor.tap.events import BatchDelivered, BatchFailed, Event, IteratorCreated, WorkersStarted
 from loaderdoctor.tap.interrupt import MainThreadInterrupter
 from loaderdoctor.tap.iterator import Tap, TapIterator
 from loaderdoctor.tap.stalls import Ended, respond_to_stall
@@ -134,6 +134,8 @@ class ProbeSession(EpochLoop):
     def on_event(self, event: Event) -> None:
         if isinstance(event, IteratorCreated):
             self.book.created(event)
+        elif isinstance(event, WorkersStarted):
+            self.book.workers_started(event)
         elif isinstance(event, BatchDelivered):
             self.rec.batches.append(self.book.delivered(event, self.clock()))
             if self.book.startup_just_ended() or event.first_batch_s is not None:

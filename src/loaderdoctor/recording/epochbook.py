@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loaderdoctor.recording.record import BatchRecord, EpochRecord, Recording, startup_count, workers_started
-from loaderdoctor.tap.events import BatchDelivered, BatchFailed, IteratorCreated
+from loaderdoctor.tap.events import BatchDelivered, BatchFailed, IteratorCreated, WorkersStarted
 from loaderdoctor.tap.fingerprints import EpochTally
 
 
@@ -57,6 +57,17 @@ class EpochBook:
         startup, new_workers = startup_count(pids, previous), workers_started(pids, previous)
         self.open = self.last = OpenEpoch(event.epoch, started, pids, startup, event.create_s, new_workers=new_workers)
         return self.open
+
+    def workers_started(self, event: WorkersStarted) -> None:
+        """The open epoch's workers, found only at its first next() (see WorkersStarted): its start-up counted
+        from them, as created() counts an iter()'s."""
+        epoch = self.open
+        if epoch is None or epoch.epoch != event.epoch:
+            return
+        previous = self.rec.epochs[-1].worker_pids if self.rec.epochs else None
+        epoch.worker_pids = list(event.worker_pids)
+        epoch.startup = startup_count(epoch.worker_pids, previous)
+        epoch.new_workers = workers_started(epoch.worker_pids, previous)
 
     def startup_just_ended(self) -> bool:
         """Whether the batch just delivered was the last of the start-up of workers its epoch's iter() started:

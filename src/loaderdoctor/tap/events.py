@@ -74,7 +74,16 @@ class DataFreeBatch:
     epoch: int
 
 
-Event = IteratorCreated | BatchDelivered | BatchFailed | EpochEnded | DataFreeBatch
+@dataclass(frozen=True)
+class WorkersStarted:
+    """The workers of an epoch whose loader's own iterator (a generator around torch's: litdata's
+    StreamingDataLoader) started torch's only at its first next(): found then, before that batch is told."""
+
+    epoch: int
+    worker_pids: list[int]
+
+
+Event = IteratorCreated | WorkersStarted | BatchDelivered | BatchFailed | EpochEnded | DataFreeBatch
 Listener = Callable[[Event], None]
 
 

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.loader.facts import length_or_none
@@ -22,6 +23,7 @@ from loaderdoctor.tap.events import (
     Event,
     IteratorCreated,
     Listener,
+    WorkersStarted,
     batch_nbytes,
     batch_samples,
 )
@@ -100,6 +102,49 @@ def shutdown(loader: DataLoader, iterator: Any) -> None:
         loader._iterator = None
 
 
+class _IteratorsMade:
+    """torch's iterators a loader makes (DataLoader._get_iterator, which torch's __iter__ calls), noted for the time
+    of one epoch through an attribute of the loader itself (no class is patched), held weakly: a loader whose own
+    __iter__ is a generator around torch's (litdata's StreamingDataLoader) hands the tap no iterator with workers,
+    and makes torch's only at its first next()."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self._loader = loader
+        self._made: list[weakref.ref[Any]] = []
+        self._installed = False
+        free = isinstance(loader, DataLoader) and "_get_iterator" not in vars(loader)  # none there already
+        if free and type(loader).__iter__ is not DataLoader.__iter__ and loader.num_workers > 0:
+            make = loader._get_iterator
+
+            def noted() -> Any:
+                made = make()
+                self._made.append(weakref.ref(made))
+                return made
+
+            try:
+                loader._get_iterator = noted  # type: ignore[method-assign]
+                self._installed = True
+            except Exception:  # a loader that refuses new attributes: its workers are not found
+                pass
+
+    def latest(self) -> Any:
+        """torch's iterator made last (or the loader's persistent one), alive; None without one."""
+        for ref in reversed(self._made):
+            if (made := ref()) is not None:
+                return made
+        return getattr(self._loader, "_iterator", None)
+
+    def remove(self) -> None:
+        if self._installed:
+            self._installed = False
+            vars(self._loader).pop("_get_iterator", None)
+
+
+def _has_workers(iterator: Any) -> bool:
+    """Whether an iterator is one of torch's own (or has worker processes as torch's has)."""
+    return isinstance(iterator, _BaseDataLoaderIter) or bool(worker_pids(iterator))
+
+
 class TapIterator:
     """One epoch of a tapped loader. Exceptions from the loader pass through after a BatchFailed event,
     and iteration may go on after them, as it can with a DataLoader."""
@@ -128,19 +173,39 @@ class TapIterator:
         tap.current = self  # complete now, and before iter(): a watchdog sees a hang inside it too
         if self.started_workers:
             raise_if_stopping()  # a job being stopped (its signal held back, or caught) starts no worker
+        self._made = _IteratorsMade(loader)
         self.inner = tap.open_torch_iterator()
+        if _has_workers(self.inner):
+            self._made.remove()
         self.drawn = DrawnIndices.of(self.inner, tap.draws_to_note)  # the indices its sampler gives it
         tap.draws_to_note = 0  # the first epoch's only
         self.waiting_since = None
-        self.pids = worker_pids(self.inner)
+        self.pids = worker_pids(self.torch_inner)  # persistent ones behind a generator: the loader's own iterator
         tap.emit(IteratorCreated(epoch, facts, self.pids, tap.clock() - self.started_at))
 
     def __iter__(self) -> TapIterator:
         return self
 
+    @property
+    def torch_inner(self) -> Any:
+        """torch's iterator of this epoch: the loader's own where it is torch's (or has workers as torch's has),
+        else the one it made behind it (see _IteratorsMade), else the loader's own."""
+        if _has_workers(self.inner):
+            return self.inner
+        behind = self._made.latest()
+        return behind if behind is not None else self.inner
+
+    def _workers_behind(self) -> None:
+        """The workers of torch's iterator behind the loader's own, found after its first next(), told."""
+        self.pids = worker_pids(self.torch_inner)
+        if self.pids:
+            self._made.remove()
+            self._tap.emit(WorkersStarted(self.epoch, list(self.pids)))
+
     def _end_epoch(self, asked: float) -> NoReturn:
         """The epoch is over, the loop having asked for a batch more at `asked`: said, and StopIteration raised."""
         tap = self._tap
+        self._made.remove()
         self.waiting_since = None
         ended = tap.clock()
         if tap.ceiling is not None:
@@ -217,6 +282,8 @@ class TapIterator:
             tap.waits.add(wait_s)
         else:
             first_batch_s = delivered - self.started_at
+            if self.started_workers and not self.pids:
+                self._workers_behind()
         self.delivered += 1
         if tap.ceiling is not None:
             epoch_ends = self.delivered == self.batches_in_epoch
@@ -258,7 +325,8 @@ class TapIterator:
 
     def close(self) -> None:
         """End this iterator's workers now."""
-        shutdown(self._tap.loader, self.inner)
+        self._made.remove()
+        shutdown(self._tap.loader, self.torch_inner)
 
 
 class Tap:
@@ -347,5 +415,5 @@ class Tap:
         """torch's iterator of the current epoch; the loader's own while iter() is still making it (a persistent
         iterator's reset may fail half-way)."""
         current = self.current
-        inner = getattr(current, "inner", None) if current is not None else None
+        inner = current.torch_inner if current is not None and hasattr(current, "inner") else None
         return inner if inner is not None else getattr(self.loader, "_iterator", None)

@@ -23,7 +23,15 @@ from loaderdoctor.loader.settings import Settings
 from loaderdoctor.recording.epochbook import EpochBook, OpenEpoch
 from loaderdoctor.recording.record import BatchRecord, Recording, SampleError, WorkerDeath, startup_batches
 from loaderdoctor.tap.deathwatch import WorkerEnd, ended_with_job
-from loaderdoctor.tap.events import BatchDelivered, BatchFailed, DataFreeBatch, EpochEnded, Event, IteratorCreated
+from loaderdoctor.tap.events import (
+    BatchDelivered,
+    BatchFailed,
+    DataFreeBatch,
+    EpochEnded,
+    Event,
+    IteratorCreated,
+    WorkersStarted,
+)
 from loaderdoctor.workers.deaths import oom_kills, signal_name
 from loaderdoctor.workers.poller import WorkerPoller
 
@@ -128,6 +136,9 @@ class RunRecorder:
             self._delivered(event)
         elif isinstance(event, IteratorCreated):
             self._iterator_created(event)
+        elif isinstance(event, WorkersStarted):
+            self.worker_pids = list(event.worker_pids)
+            self.book.workers_started(event)
         elif isinstance(event, EpochEnded):
             self._epoch_ended(event)
         elif isinstance(event, BatchFailed):

@@ -31,7 +31,7 @@ from loaderdoctor.rules import diagnose, order
 from loaderdoctor.rules.finding import Finding
 from loaderdoctor.tap import deathwatch
 from loaderdoctor.tap.ceiling import Ceiling
-from loaderdoctor.tap.events import EpochEnded, Event, IteratorCreated
+from loaderdoctor.tap.events import EpochEnded, Event, IteratorCreated, WorkersStarted
 from loaderdoctor.tap.iterator import is_worker_death
 from loaderdoctor.watch.progress import Progress, epoch_line, progress_line
 from loaderdoctor.watch.rankceilings import JobStore, job_ceiling_finding, job_store
@@ -121,7 +121,7 @@ class WatchRun:
             if isinstance(event, EpochEnded):
                 self._log_epoch_end(event)
                 self.epoch_ended()
-            elif isinstance(event, IteratorCreated) and event.worker_pids:
+            elif isinstance(event, IteratorCreated | WorkersStarted) and event.worker_pids:
                 deathwatch.workers_started()
         except Exception as error:
             # torch's SIGCHLD handler raises a worker's death wherever the main thread is, here too (and a guard's
