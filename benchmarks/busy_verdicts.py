@@ -39,7 +39,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,8 +51,6 @@ import harness
 from harness.shared_datasets import LazyOpen, Waiting
 from loaderdoctor.loader.workload import Workload
 
-HERE = Path(__file__).resolve()
-HEALTHY = {"shards", "map-healthy"}
 CHECK_TIMEOUT_S = 600
 PLAIN_TIMEOUT_S = 120
 GOAL_SPEEDUP_DIFF = 0.25
@@ -141,18 +139,33 @@ LOADERS = {
 # The plain loop
 
 
-def plain_in_process(name: str, settings: dict, seconds: float) -> float:
+@dataclass(frozen=True)
+class Suite:
+    """The loaders a run of this benchmark checks: the script that defines them (check's TARGET is
+    SCRIPT:function, the function's name the loader's with '-' as '_'), each by its name, and the healthy ones
+    (a critical finding on one of them is a false alarm). benchmarks/library_verdicts.py brings its own."""
+
+    script: Path
+    loaders: dict[str, Callable[[], Workload]]
+    healthy: frozenset[str]
+    doc: str
+
+
+SUITE = Suite(Path(__file__).resolve(), LOADERS, frozenset({"shards", "map-healthy"}), __doc__ or "")
+
+
+def plain_in_process(suite: Suite, name: str, settings: dict, seconds: float) -> float:
     """Batches per second of whole epochs (start-ups included), after one epoch to warm up."""
     from loaderdoctor.loader.settings import LoaderSpec, Settings
 
-    workload = LOADERS[name]()
+    workload = suite.loaders[name]()
     step_s = (workload.step_ms or 0.0) / 1000
     loader = LoaderSpec.from_loader(workload.train).build(Settings.from_dict(settings))
     return harness.loop_rate(loader, lambda _: time.sleep(step_s), warm_up=1, seconds=seconds)
 
 
-def plain_rate(name: str, settings: dict, seconds: float) -> float | None:
-    command = [sys.executable, str(HERE), "--plain", name, json.dumps(settings), str(seconds)]
+def plain_rate(suite: Suite, name: str, settings: dict, seconds: float) -> float | None:
+    command = [sys.executable, str(suite.script), "--plain", name, json.dumps(settings), str(seconds)]
     return harness.figure_in_fresh_process(command, PLAIN_TIMEOUT_S)
 
 
@@ -213,8 +226,8 @@ class Row:
         return self.check_speedup / self.plain_speedup
 
 
-def check(name: str, load: int, run: int, budget_s: float, plain_s: float, rounds: int) -> Row:
-    target = f"{HERE}:{name.replace('-', '_')}"
+def check(suite: Suite, name: str, load: int, run: int, budget_s: float, plain_s: float, rounds: int) -> Row:
+    target = f"{suite.script}:{name.replace('-', '_')}"
     with hogs(load):
         report = harness.check_json(target, ["--no-history", "--budget", str(budget_s)], CHECK_TIMEOUT_S)
         (loader,) = report["loaders"].values()
@@ -233,18 +246,18 @@ def check(name: str, load: int, run: int, budget_s: float, plain_s: float, round
         row.unsteady = bool(verification.get("unsteady"))
         row.check_spread = tuple(verification["spread"]) if verification.get("spread") else None
         if row.check_speedup is not None:
-            plain_in_turns(row, name, loader["recording"]["settings"], verification["settings"], plain_s, rounds)
+            plain_in_turns(row, suite, name, loader["recording"]["settings"], verification["settings"], plain_s, rounds)
     return row
 
 
-def plain_in_turns(row: Row, name: str, original: dict, fix: dict, seconds: float, rounds: int) -> None:
+def plain_in_turns(row: Row, suite: Suite, name: str, original: dict, fix: dict, seconds: float, rounds: int) -> None:
     """The plain loops of the original settings and of the fix, `rounds` rounds in turns (the order reversed
     every other round, as check's windows are), under the load of the check: the speedup of their rates over
     all rounds, and the lowest and highest of the rounds' speedups (how much the truth itself moves under that
     load)."""
     contenders = {
-        "before": lambda: plain_rate(name, original, seconds),
-        "after": lambda: plain_rate(name, fix, seconds),
+        "before": lambda: plain_rate(suite, name, original, seconds),
+        "after": lambda: plain_rate(suite, name, fix, seconds),
     }
     pairs = [(r["before"], r["after"]) for r in harness.in_turns(contenders, rounds) if r["before"] and r["after"]]
     if not pairs:
@@ -281,9 +294,10 @@ COLUMNS = [
 ]
 
 
-def main(argv: list[str]) -> int:
-    parser = harness.parser(__doc__, rounds=3)
-    parser.add_argument("names", nargs="*", default=list(LOADERS))
+def main(argv: list[str], suite: Suite | None = None) -> int:
+    suite = suite or SUITE
+    parser = harness.parser(suite.doc, rounds=3)
+    parser.add_argument("names", nargs="*", default=list(suite.loaders))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--budget", type=float, default=20.0)
     parser.add_argument("--loads", default="0,1,2", help="CPU hogs beside each check, comma-separated")
@@ -291,18 +305,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--plain", nargs=3, metavar=("NAME", "SETTINGS", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.plain:  # one plain loop, in the fresh process plain_rate starts
-        print(plain_in_process(args.plain[0], json.loads(args.plain[1]), float(args.plain[2])))
+        print(plain_in_process(suite, args.plain[0], json.loads(args.plain[1]), float(args.plain[2])))
         return 0
     loads = [int(n) for n in args.loads.split(",")]
     print(f"{os.cpu_count()} cores; check --budget {args.budget:g}; {args.runs} runs per load; hogs {loads}")
     table = harness.Table(COLUMNS, rule=False)
     table.header()
-    results = harness.Results(__file__, args)
+    results = harness.Results(str(suite.script), args)
     rows: list[Row] = []
     for name in args.names:
         for load in loads:
             for run in range(args.runs):
-                row = check(name, load, run, args.budget, args.plain_s, args.rounds)
+                row = check(suite, name, load, run, args.budget, args.plain_s, args.rounds)
                 rows.append(row)
                 mark = "~" if row.unsteady else "*" if row.under_load else " "
                 table.row(name, load, run, row.main, row.verdict or "-", _rates(row.check_rates), row.check_speedup,
@@ -317,10 +331,12 @@ def main(argv: list[str]) -> int:
         mine = [r for r in rows if r.name == name]
         mains = sorted({r.main.split(" (")[0] for r in mine})
         same = len(mains) == 1
-        healthy_ok = name not in HEALTHY or not any(r.critical for r in mine)
+        healthy_ok = name not in suite.healthy or not any(r.critical for r in mine)
         ratios = [r.ratio for r in mine if r.ratio is not None]
         within = all(r.within is not False for r in mine)
-        health = "faulty" if name not in HEALTHY else "healthy: no critical" if healthy_ok else "healthy: CRITICAL"
+        health = (
+            "faulty" if name not in suite.healthy else "healthy: no critical" if healthy_ok else "healthy: CRITICAL"
+        )
         shown = ", ".join(f"{r:.2f}" for r in ratios) or "none verified"
         print(
             f"{name:12} main {'same' if same else 'DIFFERS'} ({', '.join(mains)}); {health}; "
