@@ -201,3 +201,46 @@ def test_pyav_decoding_in_the_main_process_is_input_bound_and_the_fix_is_measure
     assert rules["input-bound"]["severity"] == "critical"
     assert loader["verification"]["settings"]["num_workers"] >= 1
     assert loader["verification"]["verdict"] in ("faster", "no-gain", "not-measured"), loader["verification"]
+
+
+WEBDATASET = """\
+import glob, os
+import numpy as np, torch, webdataset as wds
+
+def _shards():
+    if not glob.glob("shards/*.tar"):
+        os.makedirs("shards", exist_ok=True)
+        with wds.ShardWriter("shards/shard-%04d.tar", maxcount=64, verbose=0) as sink:
+            for i in range(256):
+                sink.write({"__key__": f"{i:06d}", "npy": np.full((8, 8), i, np.float32), "cls": i % 10})
+    return sorted(glob.glob("shards/*.tar"))
+
+def _every_shard(urls):
+    return urls  # no split: each worker reads every shard
+
+def _loader(splitter):
+    stream = (wds.WebDataset(_shards(), shardshuffle=False, nodesplitter=wds.single_node_only,
+                             workersplitter=splitter)
+              .decode().to_tuple("npy", "cls").map(lambda s: (torch.from_numpy(s[0]), s[1])).batched(16))
+    return torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2)
+
+def split():
+    return _loader(wds.split_by_worker)
+
+def repeated():
+    return _loader(_every_shard)
+"""
+
+
+def test_webdatasets_shards_split_by_worker_are_no_duplicates_and_unsplit_ones_are(tmp_path):
+    # The library of our own choosing (issue 49): webdataset's tar shards, read by 2 workers.
+    pytest.importorskip("webdataset")
+    (tmp_path / "shards.py").write_text(WEBDATASET)
+    _, good, stderr = _check(tmp_path, "shards.py:split", "--step-ms", "5", "--budget", "12")
+    (loader,) = good["loaders"].values()
+    assert "duplicate-samples" not in [f["rule"] for f in loader["findings"]], (loader["findings"], stderr)
+    _, bad, stderr = _check(tmp_path, "shards.py:repeated", "--step-ms", "5", "--budget", "12")
+    (loader,) = bad["loaders"].values()
+    rules = {f["rule"]: f for f in loader["findings"]}
+    assert "duplicate-samples" in rules, (list(rules), stderr)
+    assert rules["duplicate-samples"]["evidence"]["copies_of_each_sample"] == 2
