@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from loaderdoctor.recording.record import Recording, WorkerReading
 from loaderdoctor.recording.usage import _ticks
 
-# A thread that kept at least this share of a core busy over steady running computes; below it, it mostly sleeps
-# (check's site profiler wakes 100 times a second in each worker and uses 1-2% of a core).
+# A worker's threads besides its main one compute when together they kept at least this share of a core busy over
+# steady running; below it they mostly sleep (litdata's and streaming's I/O and bookkeeping threads; check's site
+# profiler wakes 100 times a second in each worker and uses 1-2% of a core).
 BUSY_THREAD_CORES = 0.1
+# Of a pool that computes, a thread counts as one of its computing threads from this share of the busiest one's CPU
+# on: 16 OpenMP threads on 2 cores get a sixteenth of a core each, all of them computing.
+SHARE_OF_THE_BUSIEST = 0.3
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,14 @@ class WorkerThreads:
 
     @property
     def busy(self) -> int:
-        """The threads that computed (BUSY_THREAD_CORES or more); at least one, the worker's own."""
-        return max(1, sum(c >= BUSY_THREAD_CORES for c in self.cores.values()))
+        """The threads that computed: the worker's own, and, where its other threads together kept
+        BUSY_THREAD_CORES busy, those of them that took SHARE_OF_THE_BUSIEST of the busiest one's CPU or more
+        (however thin the cores spread them)."""
+        others = [c for tid, c in self.cores.items() if tid != str(self.pid)]
+        if sum(others) < BUSY_THREAD_CORES:
+            return 1
+        busiest = max(others)
+        return 1 + sum(c >= SHARE_OF_THE_BUSIEST * busiest for c in others)
 
     @property
     def beside_main(self) -> float:

@@ -59,6 +59,14 @@ def test_a_pool_that_computes_while_the_cores_are_saturated_competes():
     assert 'sys.modules["cv2"].setNumThreads(1)' in finding.snippet
 
 
+def test_a_pool_spread_thin_over_the_cores_still_computes():
+    # The oversubscribed scenario: 16 torch threads in each of 2 workers on 2 cores, a sixteenth of a core each.
+    rec = _threads_using(make_recording(settings=Settings(num_workers=2), wait_s=0.03), [0.07] + [0.06] * 15)
+    assert busy_threads_per_worker(rec) == 16
+    finding = cpu_oversubscription(rec)
+    assert finding is not None and finding.title == "2 workers × 16 busy threads compete for 2 usable cores"
+
+
 def test_a_large_pool_that_sleeps_is_nothing_even_where_it_is_far_beyond_the_cores():
     # 2 workers with 16 threads each (a pool per core of a larger machine), all but the main one asleep; the
     # machine's use unknown (as under `run` with no samples of it): counted, this was "critical".
