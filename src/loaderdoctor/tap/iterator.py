@@ -9,10 +9,10 @@ from typing import Any, NoReturn
 
 from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, IterableDataset
-from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from loaderdoctor.host.forkhazards import iterator_facts
 from loaderdoctor.loader.facts import length_or_none
+from loaderdoctor.tap.behind import IteratorsMade, has_workers
 from loaderdoctor.tap.ceiling import CeilingTurns
 from loaderdoctor.tap.drawn import DrawnIndices
 from loaderdoctor.tap.events import (
@@ -102,49 +102,6 @@ def shutdown(loader: DataLoader, iterator: Any) -> None:
         loader._iterator = None
 
 
-class _IteratorsMade:
-    """torch's iterators a loader makes (DataLoader._get_iterator, which torch's __iter__ calls), noted for the time
-    of one epoch through an attribute of the loader itself (no class is patched), held weakly: a loader whose own
-    __iter__ is a generator around torch's (litdata's StreamingDataLoader) hands the tap no iterator with workers,
-    and makes torch's only at its first next()."""
-
-    def __init__(self, loader: DataLoader) -> None:
-        self._loader = loader
-        self._made: list[weakref.ref[Any]] = []
-        self._installed = False
-        free = isinstance(loader, DataLoader) and "_get_iterator" not in vars(loader)  # none there already
-        if free and type(loader).__iter__ is not DataLoader.__iter__ and loader.num_workers > 0:
-            make = loader._get_iterator
-
-            def noted() -> Any:
-                made = make()
-                self._made.append(weakref.ref(made))
-                return made
-
-            try:
-                loader._get_iterator = noted  # type: ignore[method-assign]
-                self._installed = True
-            except Exception:  # a loader that refuses new attributes: its workers are not found
-                pass
-
-    def latest(self) -> Any:
-        """torch's iterator made last (or the loader's persistent one), alive; None without one."""
-        for ref in reversed(self._made):
-            if (made := ref()) is not None:
-                return made
-        return getattr(self._loader, "_iterator", None)
-
-    def remove(self) -> None:
-        if self._installed:
-            self._installed = False
-            vars(self._loader).pop("_get_iterator", None)
-
-
-def _has_workers(iterator: Any) -> bool:
-    """Whether an iterator is one of torch's own (or has worker processes as torch's has)."""
-    return isinstance(iterator, _BaseDataLoaderIter) or bool(worker_pids(iterator))
-
-
 class TapIterator:
     """One epoch of a tapped loader. Exceptions from the loader pass through after a BatchFailed event,
     and iteration may go on after them, as it can with a DataLoader."""
@@ -173,9 +130,9 @@ class TapIterator:
         tap.current = self  # complete now, and before iter(): a watchdog sees a hang inside it too
         if self.started_workers:
             raise_if_stopping()  # a job being stopped (its signal held back, or caught) starts no worker
-        self._made = _IteratorsMade(loader)
+        self._made = IteratorsMade(loader)
         self.inner = tap.open_torch_iterator()
-        if _has_workers(self.inner):
+        if has_workers(self.inner):
             self._made.remove()
         self.drawn = DrawnIndices.of(self.inner, tap.draws_to_note)  # the indices its sampler gives it
         tap.draws_to_note = 0  # the first epoch's only
@@ -189,8 +146,8 @@ class TapIterator:
     @property
     def torch_inner(self) -> Any:
         """torch's iterator of this epoch: the loader's own where it is torch's (or has workers as torch's has),
-        else the one it made behind it (see _IteratorsMade), else the loader's own."""
-        if _has_workers(self.inner):
+        else the one it made behind it (see tap/behind.py), else the loader's own."""
+        if has_workers(self.inner):
             return self.inner
         behind = self._made.latest()
         return behind if behind is not None else self.inner

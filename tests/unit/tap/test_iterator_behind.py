@@ -51,3 +51,17 @@ def test_torchs_own_loader_needs_no_finding():
     assert not [e for e in events if isinstance(e, WorkersStarted)]
     assert [len(e.worker_pids) for e in events if isinstance(e, IteratorCreated)] == [2]
     assert "_get_iterator" not in vars(loader)
+
+
+@pytest.mark.workers
+@pytest.mark.timeout(60)
+def test_an_epoch_given_up_before_its_first_batch_leaves_the_next_one_its_workers():
+    events = []
+    loader = Generating(torch.arange(16.0), batch_size=4, num_workers=2)
+    tap = Tap(loader, [events.append], start_method="fork")
+    abandoned = tap.epoch(0)  # iter() only: the generator made nothing yet, and noting stays on the loader
+    assert "_get_iterator" in vars(loader)
+    del abandoned
+    assert len(list(tap.epoch(1))) == 4
+    assert [len(e.worker_pids) for e in events if isinstance(e, WorkersStarted)] == [2]
+    assert "_get_iterator" not in vars(loader)
