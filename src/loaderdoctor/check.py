@@ -18,7 +18,7 @@ from loaderdoctor.probe.verify import verify
 from loaderdoctor.recording.epochcost import epoch_cost
 from loaderdoctor.recording.record import Recording
 from loaderdoctor.report import Finding, LoaderReport, Report, Verification
-from loaderdoctor.rules import diagnose, order
+from loaderdoctor.rules import ESTIMATED_CAUSES, diagnose, order
 from loaderdoctor.rules.data import duplicate_samples
 from loaderdoctor.rules.locks import lock_free_provable
 from loaderdoctor.rules.prescribe import prescribe
@@ -256,7 +256,9 @@ _DISPROVED = frozenset({"no-gain", "slower"})
 
 def _with_measured_advice(findings: list[Finding], recording: Recording, verification: Verification) -> list[Finding]:
     """The findings, with the fix of each whose change of settings was measured and found no fix said so in its
-    own words instead of left as advice (its snippet and change dropped): one report tells one story."""
+    own words instead of left as advice (its snippet and change dropped): one report tells one story. A cause
+    whose cost was only estimated from the waits (ESTIMATED_CAUSES) falls to info then: measured, it explains
+    none of them, and the finding the waits show leads."""
     if verification.verdict not in _DISPROVED or verification.source != "rules":
         return findings
     tried = verification.settings
@@ -268,8 +270,11 @@ def _with_measured_advice(findings: list[Finding], recording: Recording, verific
         applies = change and recording.settings.replace(**change) != recording.settings
         if applies and all(getattr(tried, key, None) == value for key, value in change.items()):
             words = ", ".join(f"{key}={value!r}" for key, value in change.items())
+            estimated = finding.rule in ESTIMATED_CAUSES
             finding = dataclasses.replace(
                 finding,
+                severity="info" if estimated else finding.severity,
+                impact=0.0 if estimated else finding.impact,
                 fix=(
                     f"Measured here in turns with the loader's own settings, {words} was not a fix "
                     f"({measured}, {verification.verdict.replace('-', ' ')}): the evidence above stands, but this "
@@ -279,7 +284,7 @@ def _with_measured_advice(findings: list[Finding], recording: Recording, verific
                 settings_change={},
             )
         amended.append(finding)
-    return amended
+    return order(amended)
 
 
 def _phase_progress(

@@ -56,3 +56,28 @@ def test_a_finding_whose_change_was_not_the_one_measured_keeps_its_advice():
     rec = make_recording(settings=ORIGINAL)
     other = _finding({"pin_memory": True})
     assert _with_measured_advice([other], rec, _verification("slower", 10.0)) == [other]
+
+
+def test_an_oversubscription_whose_fix_was_measured_as_no_fix_falls_to_info_and_the_waits_lead():
+    # Its cost is the wait it would explain: measured, limiting the pools explained none of it (OpenCV's pool on
+    # 2 cores, quiet), and the report's main finding is the one the waits show, as it is beside busy processes.
+    pools = {"worker_threads": 1}
+    rec = make_recording(settings=Settings(num_workers=2))
+    waits = _finding({})
+    oversubscribed = Finding(
+        rule="cpu-oversubscription",
+        severity="critical",
+        title="2 workers × 3 busy threads compete for 2 usable cores",
+        evidence={"busy_threads_per_worker": 3},
+        fix="Loading runs more threads than the cores can serve.",
+        snippet="worker_init_fn=...",
+        settings_change=pools,
+        impact=0.6,
+    )
+    verification = _verification("no-gain", 20.4)
+    verification.settings = rec.settings.replace(**pools)
+    first, second = _with_measured_advice([oversubscribed, waits], rec, verification)
+    assert first is waits
+    assert second.rule == "cpu-oversubscription" and second.severity == "info" and second.impact == 0.0
+    assert "worker_threads=1 was not a fix" in second.fix and second.snippet is None
+    assert second.evidence == {"busy_threads_per_worker": 3}

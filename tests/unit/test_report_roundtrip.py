@@ -101,7 +101,8 @@ def _tune_report() -> TuneReport:
               [Measurement(0.0, "stalled", 10.5, error="no batch came for 10 s")], note="stuck at dataset.py:42"),
         Trial(4, Settings(num_workers=8, persistent_workers=True), "workers", "over-memory", note="predicted 3.3 GB"),
     ]  # fmt: skip
-    chosen = LoaderTuning("train", trials, trials[0], trials[1], limits, 12.25, "budget", 20.0)
+    streaming = "litdata.StreamingDataLoader"
+    chosen = LoaderTuning("train", trials, trials[0], trials[1], limits, 12.25, "budget", 20.0, streaming)
     interrupted = LoaderTuning("val", trials[:1], trials[0], trials[0], limits, 3.0, "interrupted", None)
     return TuneReport("demo", {"train": chosen, "val": interrupted})
 
@@ -202,6 +203,9 @@ def test_a_tune_report_keeps_its_chosen_and_baseline_among_its_trials():
         "batches_per_s": 39.5, "binds": "step", "trial": 2, "note": None,
     }  # fmt: skip
     assert train.found and train.settings == WORKERS and train.limits == was.limits
+    # The snippet makes the loader of its own class, as written and as loaded back.
+    assert train.loader_class == "litdata.StreamingDataLoader"
+    assert train.snippet().startswith("loader = StreamingDataLoader(dataset") and train.snippet() == was.snippet()
     assert train.trials[2].runs[0].error == "no batch came for 10 s" and not train.trials[2].usable
     val = loaded.loaders["val"]
     assert val.chosen is val.baseline and val.stopped == "interrupted" and val.step_ms is None

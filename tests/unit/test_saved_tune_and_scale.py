@@ -56,7 +56,23 @@ def test_a_saved_tune_or_scale_report_shows_and_prints_back_as_it_was(path, tmp_
     assert f"loader '{loader}'" in shown, shown
     assert page.stat().st_size > 10_000 and loader in page.read_text()
     assert main(["report", str(path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == saved
+    assert _without_added_fields(json.loads(capsys.readouterr().out)) == saved
+
+
+# Fields added since these reports were written, at the value a report written before them loads with.
+ADDED_SINCE = {"ready_cores": None, "loader_class": ""}  # a run's ready cores; the loader's own class
+
+
+def _without_added_fields(data: object) -> object:
+    if isinstance(data, dict):
+        return {
+            key: _without_added_fields(value)
+            for key, value in data.items()
+            if not (key in ADDED_SINCE and value == ADDED_SINCE[key])
+        }
+    if isinstance(data, list):
+        return [_without_added_fields(item) for item in data]
+    return data
 
 
 def test_a_tie_between_what_binds_a_trials_runs_goes_to_the_earliest_run_in_every_process():

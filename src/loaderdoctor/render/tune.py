@@ -137,7 +137,7 @@ def _choice(tuning: LoaderTuning) -> Group:
     if tuning.step_ms is not None and chosen.keeps_up:
         why += f"; the cheapest settings found that keep up with the {tuning.step_ms:.0f} ms step"
     headline = Text.assemble(("Chosen: ", "bold"), (chosen.settings.describe(), "bold green"), (f":{gain} ({why})", ""))
-    return Group(_indented(headline), _indented(_limit(tuning)), code_block(chosen.settings.snippet(), indent=4))
+    return Group(_indented(headline), _indented(_limit(tuning)), code_block(tuning.snippet(), indent=4))
 
 
 BINDS_WORDS = {"loading-cpu": "loading's CPU binds", "loading-io": "loading's waits bind", "step": "the step binds"}

@@ -41,6 +41,9 @@ RULES: tuple[Rule, ...] = (
 # Symptoms say what the loop suffers; causes say why. At equal severity a cause is the main diagnosis: a
 # rank-straggler says which rank the others wait for, and a lock its workers wait on (a cause) says why.
 SYMPTOMS = frozenset({"input-bound", "stall", "rank-straggler"})
+# Causes whose cost is the wait they would explain, not a time measured on their own: where their fix was
+# measured and found no fix, they explain nothing of it, and fall to info (see check.py).
+ESTIMATED_CAUSES = frozenset({"cpu-oversubscription"})
 
 
 def order(findings: list[Finding]) -> list[Finding]:

@@ -68,6 +68,7 @@ def measurement(rec: Recording) -> Measurement:
         seconds=rec.wall_s,
         memory_bytes=loading_memory_bytes(rec),
         loading_cores=None if cpu is None else cpu.cores,
+        ready_cores=None if cpu is None else cpu.run_delay_cores,
         keeps_up=keeps_up(rec) if outcome == "completed" else None,
         error=error,
         epoch_batches=max(exhausted) if exhausted else None,

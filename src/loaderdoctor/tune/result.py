@@ -26,6 +26,11 @@ class LoaderTuning:
     seconds: float
     stopped: str  # "converged" | "budget" | "interrupted" (Ctrl-C: nothing chosen)
     step_ms: float | None  # the training step's mean time, None without one
+    loader_class: str = ""  # the loader's class ("module.Name") when it is not torch's DataLoader itself
+
+    def snippet(self) -> str:
+        """Paste-ready code that makes the loader, of its own class, with the chosen settings."""
+        return self.settings.snippet(self.loader_class)
 
     @property
     def settings(self) -> Settings:
@@ -90,12 +95,13 @@ class LoaderTuning:
             "baseline": self.baseline.to_dict(),
             "chosen": self.chosen.to_dict(),
             "speedup": None if speedup is None else round(speedup, 3),
-            "snippet": self.settings.snippet(),
+            "snippet": self.snippet(),
             "trials": [trial.to_dict() for trial in self.trials],
             "limits": dataclasses.asdict(self.limits),
             "search_s": round(self.seconds, 3),
             "stopped": self.stopped,
             "step_ms": None if self.step_ms is None else round(self.step_ms, 3),
+            "loader_class": self.loader_class,
             "limit": self.limit_dict(),
             "share_of_limit": _rounded(self.share_of_limit(self.chosen)),
             "baseline_share_of_limit": _rounded(self.share_of_limit(self.baseline)),

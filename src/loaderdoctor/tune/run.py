@@ -147,6 +147,7 @@ def tune_loader(
         seconds=clock() - started,
         stopped=result.stopped,
         step_ms=statistics.median(steps) * 1000 if steps else None,
+        loader_class=baseline_rec.loader_class if baseline_rec is not None else "",
     )
     if result.stopped == "interrupted":
         raise StoppedByUser(tuning)

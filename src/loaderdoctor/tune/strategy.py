@@ -6,11 +6,13 @@ halving, all through one measure function and within a time budget.
    end: it does the main process's work elsewhere and shows no parallelism yet). The climb goes past the
    cores only while the workers wait (I/O) rather than compute, and stops early once the loader keeps up
    with the training step or runs near the host's limit. A climb ended by such an estimate takes one more
-   trial outside quick mode: the next count with a deeper prefetch.
+   trial outside quick mode: the next count with a deeper prefetch. Workers kept off the cores while ready to
+   run (by other processes) count as computing: more of them would only take CPU from those processes.
 3. Refine (full mode): threads; the counts between the best and its tried neighbours; a larger prefetch.
 4. Final: the fastest few are measured again, the slower half dropped, the rest measured once more.
-   Rates within EQUAL of the fastest count as equal and the cheapest of them is chosen; with a training
-   step, the cheapest that keeps up with it.
+   Rates within EQUAL of the fastest, or within the spread of its own runs where load came and went (up to
+   CLOSE), count as equal and the cheapest of them is chosen; with a training step, the cheapest that keeps up
+   with it.
 
 A close call (rates within CLOSE of each other) is measured again before it decides anything, and compared
 by medians. Nothing is run that is predicted to break the memory budget or fill /dev/shm, and nothing is
@@ -57,6 +59,15 @@ def _near_limit(trial: Trial) -> bool:
     """Whether a trial runs within a few percent of the host's limit as its own runs measured it."""
     limit = trial.limit_batches_per_s
     return limit is not None and trial.batches_per_s >= NEAR_LIMIT * limit
+
+
+def _noise(trial: Trial) -> float:
+    """The share of its rate within which another trial counts as fast as `trial`: EQUAL, or as far apart as its
+    own runs were (load that comes and goes), up to CLOSE."""
+    rates = [run.batches_per_s for run in trial.runs]
+    if len(rates) < 2 or trial.batches_per_s <= 0:
+        return EQUAL
+    return min(CLOSE, max(EQUAL, (max(rates) - min(rates)) / trial.batches_per_s))
 
 
 def cost(trial: Trial) -> tuple[int, int, int, int]:
@@ -175,8 +186,9 @@ class Search:
         more batches in flight to keep the cores busy through the waits that a run's figures do not show (an
         epoch's end, batches delivered in order). On a 2-core host, 8 workers with prefetch 8 ran pure-Python
         loading 5-15% faster than 2 workers with prefetch 2, the cores busy 96% of the time against 90%.
-        Returns the better of the two."""
-        if self.quick:
+        Not where the workers were kept off the cores they asked for (other processes held them): a gain
+        there is CPU won from those processes. Returns the better of the two."""
+        if self.quick or self._kept_off(best):
             return best
         trial = self._try(candidate(self.limits, count, prefetch_factor=PAST_PREFETCH), "workers")
         if trial is None or not trial.usable:
@@ -262,13 +274,14 @@ class Search:
             self._again(baseline)  # the speedup is a ratio of medians, the baseline's included
         pool = [t for t in leaders if t.usable] or [baseline]
         fastest = max(pool, key=lambda t: t.batches_per_s)
-        # The cheapest trial as fast as the fastest (within EQUAL), confirmed by a second run when it had one.
+        # The cheapest trial as fast as the fastest (within its noise), confirmed by a second run when it had one.
+        floor = fastest.batches_per_s * (1 - _noise(fastest))
         for trial in sorted((t for t in self.trials if t.usable), key=cost):
-            if trial.batches_per_s < fastest.batches_per_s * (1 - EQUAL):
+            if trial.batches_per_s < floor:
                 continue
             if len(trial.runs) < 2:
                 self._again(trial)
-            if trial.usable and trial.batches_per_s >= fastest.batches_per_s * (1 - EQUAL):
+            if trial.usable and trial.batches_per_s >= floor:
                 return trial
         return fastest
 
@@ -355,19 +368,32 @@ class Search:
         return trial.batches_per_s / other.batches_per_s if other.batches_per_s > 0 else float("inf")
 
     def _computing(self, trial: Trial, next_count: int) -> bool:
-        """Whether the workers of `trial` already keep the cores busy, so that `next_count` would only
-        compete for them (its note says so)."""
-        demand = trial.loading_cores
+        """Whether the workers of `trial` already keep the cores busy, or were ready to and kept off them
+        (by each other or by other processes), so that `next_count` would only compete for them (its note
+        says so). More workers than cores are tried only while the workers wait: beside busy processes, more
+        processes only win CPU from them, a gain that comes and goes with their load (PyAV decoding: 8 workers
+        chosen beside two CPU hogs where 2 do as well on the quiet machine)."""
+        used = trial.loading_cores
+        demand = trial.demanded_cores
         workers = trial.settings.num_workers
-        if demand is None or next_count <= self.limits.cores:
+        if used is None or demand is None or next_count <= self.limits.cores:
             return False
         if demand < COMPUTING * self.limits.cores:
             return False
+        ready = demand - used
+        kept_off = f", and ready to run on {ready:.1f} more but kept off them" if ready >= 0.05 * demand else ""
         trial.note = (
-            f"{plural(workers, 'worker')} already use {demand:.1f} of {self.limits.cores:g} cores computing: "
-            "more would only compete for them"
+            f"{plural(workers, 'worker')} already use {used:.1f} of {self.limits.cores:g} cores computing"
+            f"{kept_off}: more would only compete for them"
         )
         return True
+
+    def _kept_off(self, trial: Trial) -> bool:
+        """Whether the workers of `trial` asked for the cores (COMPUTING of them or more) but used fewer than
+        that, the rest of the time ready to run and descheduled."""
+        used, demand = trial.loading_cores, trial.demanded_cores
+        limit = COMPUTING * self.limits.cores
+        return used is not None and demand is not None and used < limit <= demand
 
     def _process_trials(self) -> list[Trial]:
         return [t for t in self.trials if t.settings.backend == "process" and t.phase != "baseline"]

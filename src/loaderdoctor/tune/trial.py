@@ -26,6 +26,9 @@ class Measurement:
     seconds: float  # how long the run took, start-up and stopping included
     memory_bytes: int | None = None  # loading's peak memory: its workers' USS together plus batches in flight
     loading_cores: float | None = None  # cores that loading kept busy (its workers together) in steady running
+    # Seconds per second its workers were ready to run but kept off the cores (run delay): the CPU they asked
+    # for beyond what they got, taken by other processes or by each other (None: not counted).
+    ready_cores: float | None = None
     keeps_up: bool | None = None  # with a training step: the step hardly waited for batches; None without one
     error: str | None = None
     epoch_batches: int | None = None  # the batches of an epoch run to its end, when one was
@@ -41,6 +44,7 @@ class Measurement:
             "seconds": round(self.seconds, 3),
             "memory_mb": None if self.memory_bytes is None else round(self.memory_bytes / 2**20, 1),
             "loading_cores": None if self.loading_cores is None else round(self.loading_cores, 3),
+            "ready_cores": None if self.ready_cores is None else round(self.ready_cores, 3),
             "keeps_up": self.keeps_up,
             "error": self.error,
             "epoch_batches": self.epoch_batches,
@@ -91,6 +95,13 @@ class Trial:
     @property
     def loading_cores(self) -> float | None:
         known = [run.loading_cores for run in self.runs if run.loading_cores is not None]
+        return statistics.median(known) if known else None
+
+    @property
+    def demanded_cores(self) -> float | None:
+        """The cores its loading asked for: those it kept busy and those it was ready to run on but waited for
+        (median of its runs; where the run delay was not counted, those it kept busy)."""
+        known = [run.loading_cores + (run.ready_cores or 0.0) for run in self.runs if run.loading_cores is not None]
         return statistics.median(known) if known else None
 
     @property

@@ -9,7 +9,7 @@ import pytest
 from loaderdoctor.loader.settings import Settings
 from loaderdoctor.tune.space import Limits, grid
 from loaderdoctor.tune.strategy import Search, SearchResult
-from loaderdoctor.tune.trial import Measurement
+from loaderdoctor.tune.trial import Measurement, Trial
 
 GB = 2**30
 TRIAL_S = 2.0
@@ -37,6 +37,7 @@ class FakeHost:
         rate: Callable[[Settings], float],
         *,
         cpu_share: float = 0.95,
+        ready_share: float | None = None,
         worker_bytes: int = 100 * 2**20,
         noise: list[float] | None = None,
         outcome: Callable[[Settings], str] = lambda s: "completed",
@@ -47,6 +48,7 @@ class FakeHost:
         self.rate = rate
         self.limit = limit  # the host's limit each run measures (limit.py), batches/s
         self.cpu_share = cpu_share
+        self.ready_share = ready_share  # of each worker's time, ready to run but descheduled (None: not counted)
         self.worker_bytes = worker_bytes
         self.noise = noise or [1.0]
         self.outcome = outcome
@@ -73,6 +75,7 @@ class FakeHost:
             memory_bytes=processes * self.worker_bytes,
             # Each worker computes cpu_share of its time, on at most the 2 cores there are.
             loading_cores=min(self.cpu_share * settings.num_workers, 2.0) if settings.num_workers else None,
+            ready_cores=None if self.ready_share is None else self.ready_share * settings.num_workers,
             keeps_up=keeps_up,
             epoch_batches=self.epoch_batches(settings),
             limit_batches_per_s=self.limit,
@@ -123,6 +126,46 @@ def test_quick_mode_trusts_the_estimate():
     host = FakeHost(_cpu_bound, cpu_share=0.95)
     _search(host, quick=True).run()
     assert max(host.counts_run()) == 2  # 4 workers on 2 busy cores was never tried
+
+
+def _beside_hogs(settings: Settings) -> float:
+    """CPU-bound on 2 cores that other processes share: every process more wins CPU from them."""
+    return {0: 5.0, 1: 5.0, 2: 10.0, 3: 11.5, 4: 13.0}.get(settings.num_workers, 15.0)
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_workers_kept_off_the_cores_by_other_processes_are_computing(quick):
+    # Two workers on 2 cores beside busy processes: each gets half a core and waits, ready, for the rest. More
+    # workers would be faster only by taking CPU from those processes: the count stays at the cores.
+    host = FakeHost(_beside_hogs, cpu_share=0.5, ready_share=0.45)
+    result = _search(host, quick=quick).run()
+    assert result.chosen.settings.num_workers == 2
+    assert max(host.counts_run()) == 2
+    note = next(t for t in result.trials if t.settings.num_workers == 2 and t.phase == "workers").note
+    assert "1.0 of 2 cores computing, and ready to run on 0.9 more but kept off them" in note
+
+
+def test_workers_that_wait_beside_busy_processes_still_go_past_the_cores():
+    host = FakeHost(_io_bound, cpu_share=0.05, ready_share=0.02)
+    result = _search(host, quick=True).run()
+    assert result.chosen.settings.num_workers >= 8
+
+
+def test_the_cheapest_within_the_spread_of_the_fastests_runs_wins():
+    # Under load that comes and goes, the fastest's runs were 8% apart: a trial 6% slower and far cheaper is as
+    # fast within that noise (with quiet runs, 3% apart at most, it would not be).
+    def settings_run(rates_by_count: dict[int, list[float]]) -> Search:
+        search = Search(lambda s, t: Measurement(0.0, "completed", t), Settings(), _limits(), budget_s=0.0, trial_s=1.0)
+        for number, (count, rates) in enumerate(rates_by_count.items(), start=1):
+            trial = Trial(number, Settings(num_workers=count), "workers", "measured")
+            trial.runs = [Measurement(rate, "completed", 1.0) for rate in rates]
+            search.trials.append(trial)
+        return search
+
+    noisy = settings_run({0: [5.0, 5.0], 2: [9.4, 9.4], 8: [9.6, 10.4]})
+    assert noisy._final(noisy.trials[0]).settings.num_workers == 2
+    steady = settings_run({0: [5.0, 5.0], 2: [9.4, 9.4], 8: [10.0, 10.1]})
+    assert steady._final(steady.trials[0]).settings.num_workers == 8
 
 
 def test_a_step_past_the_estimate_that_is_faster_is_taken_and_refined():

@@ -59,7 +59,7 @@ def _choice(tuning: LoaderTuning) -> str:
     why = f"{baseline.batches_per_s:.1f} → {chosen.batches_per_s:.1f} batches/s, medians of the runs"
     if tuning.step_ms is not None and chosen.keeps_up:
         why += f"; the cheapest settings found that keep up with the {tuning.step_ms:.0f} ms step"
-    return verdict_box("good", "chosen", chosen.settings.describe() + gain, [why], code(chosen.settings.snippet()))
+    return verdict_box("good", "chosen", chosen.settings.describe() + gain, [why], code(tuning.snippet()))
 
 
 # Each kind of loading in the same colour on every chart.
