@@ -55,6 +55,7 @@ ADDED_SINCE = {
     "drawn_fingerprints": [],
     "loader_class": "",  # the loader's class when it is not torch's DataLoader itself
     "thread_cpu_s": None,  # a worker reading's: each of its threads' CPU
+    "same_user": None,  # another process's: whether it runs as this run's user
 }
 # Measurements added since, which the report computes anew from the saved recording: present, of any value.
 # And those whose reading changed since: this loader loads in the loop's own thread (num_workers=0), whose time

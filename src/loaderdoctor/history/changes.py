@@ -112,7 +112,7 @@ def _settings(run: RunRecord, compared: list[RunRecord]) -> list[Change]:
     restore = {key: before.get(key) for key in keys}
     snippet = None
     try:
-        snippet = Settings.from_dict(before).snippet()
+        snippet = Settings.from_dict(before).snippet(str(run.dataset.get("loader_class") or ""))
     except Exception:  # settings of another version of loaderdoctor: the words still name them
         snippet = None
     return [

@@ -52,23 +52,44 @@ def other_processes(run: RunRecord, compared: list[RunRecord]) -> list[Change]:
     usable = usable_cores(run)
     of_cores = f" of {figure(usable)}" if usable else ""
     was = f" ({before_cores:.1f} before)" if before_cores >= 0.05 else ""
-    pids = " ".join(str(p.get("pid")) for p in named)
+    fix, snippet = _fix_for_others(named, f"Other processes took {now_cores:.1f}{of_cores} cores during this run")
     return [
         Change(
             what="other_processes",
             before=round(before_cores, 2),
             now=round(now_cores, 2),
             words=f"other processes took {now_cores:.1f}{of_cores} cores{was}: {_processes_words(named)}",
-            fix=(
-                f"Other processes took {now_cores:.1f}{of_cores} cores during this run: end them (kill {pids}), or "
-                f"lower their priority (renice -n 19 -p {pids}), or run where they do not."
-            ),
-            snippet=f"renice -n 19 -p {pids}  # or end them: kill {pids}",
+            fix=fix,
+            snippet=snippet,
             tier=TAKES_CORES if takes_cores(rise, usable) else HOST_LOAD,
             weight=share(rise, usable),
             processes=[_named(p, stray=False) for p in named],
         )
     ]
+
+
+def _fix_for_others(named: list[dict[str, Any]], taken: str) -> tuple[str, str | None]:
+    """The fix for processes that took cores, and its snippet: this user's own may be ended or reniced; another
+    user's (or one whose user is unknown) is theirs, so the fix says so and proposes nothing to run on it."""
+    own = [str(p.get("pid")) for p in named if p.get("same_user") is True]
+    theirs = [str(p.get("pid")) for p in named if p.get("same_user") is not True]
+    parts = [taken]
+    if own:
+        pids = " ".join(own)
+        parts.append(f"yours can be ended (kill {pids}) or given a lower priority (renice -n 19 -p {pids})")
+    if theirs:
+        known = all(p.get("same_user") is False for p in named if str(p.get("pid")) in theirs)
+        one = len(theirs) == 1
+        whose = ("belongs to another user" if one else "belong to other users") if known else "may not be yours"
+        owners = "its owner" if one else "their owners"
+        parts.append(
+            f"{'pid' if one else 'pids'} {' '.join(theirs)} {whose}: ask {owners}, or run this job where its cores "
+            "are its own (a reserved node, or a CPU set of its own)"
+        )
+    fix = ": ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else "") + "."
+    fix = fix[0].upper() + fix[1:]
+    snippet = f"renice -n 19 -p {' '.join(own)}  # or end them: kill {' '.join(own)}" if own else None
+    return fix, snippet
 
 
 def stray_workers(run: RunRecord, compared: list[RunRecord]) -> list[Change]:
@@ -134,6 +155,7 @@ def _named(process: dict[str, Any], *, stray: bool) -> dict[str, Any]:
         "cmdline": _cmdline(process),
         "cores": round(_cores(process), 2),
         "stray": stray,
+        **({} if stray else {"same_user": process.get("same_user")}),
     }
 
 

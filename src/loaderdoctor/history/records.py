@@ -116,6 +116,7 @@ def run_record(
             "len": rec.dataset_len,
             "batch_size": rec.batch_size,
             "batches_per_epoch": rec.batches_per_epoch,
+            "loader_class": rec.loader_class,  # "" for torch's DataLoader itself
         },
         target=target,
     )

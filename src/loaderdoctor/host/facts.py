@@ -55,6 +55,9 @@ class OtherProcess:
     pid: int
     cmdline: str
     cores: float  # CPU seconds per second of the run
+    # Whether it runs as the user of this run (None: unknown, or a report saved before it was read): another
+    # user's process is theirs to end or renice, not this user's.
+    same_user: bool | None = None
 
 
 # Threads loaderdoctor starts are named with this prefix, so they are never counted as the user's.
@@ -241,6 +244,7 @@ class OtherLoad:
         self._last = snapshot()
         self._used: dict[tuple[int, float], float] = {}  # CPU seconds taken since the first snapshot
         self._commands: dict[tuple[int, float], str] = {}
+        self._same_user: dict[tuple[int, float], bool | None] = {}
 
     def observe(self) -> None:
         """Take a snapshot and add what each other process used since the last one."""
@@ -260,6 +264,7 @@ class OtherLoad:
             self._used[key] = self._used.get(key, 0.0) + used
             if key not in self._commands and self._used[key] >= _NAMED_OTHER_CPU_S:
                 self._commands[key] = _program(key[0], name)  # read while it still runs
+                self._same_user[key] = _runs_as_this_user(key[0])
         self._last, self._taken_at = now, taken_at
 
     def busiest(self, seconds: float) -> list[OtherProcess]:
@@ -269,10 +274,17 @@ class OtherLoad:
             return []
         ranked = sorted(((used / seconds, key) for key, used in self._used.items()), reverse=True)
         return [
-            OtherProcess(key[0], self._commands.get(key, ""), round(cores, 2))
+            OtherProcess(key[0], self._commands.get(key, ""), round(cores, 2), self._same_user.get(key))
             for cores, key in ranked[:_NAMED_OTHERS]
             if cores >= _NAMED_OTHER_CORES
         ]
+
+
+def _runs_as_this_user(pid: int) -> bool | None:
+    """Whether the process's real user is this process's; None where it cannot be read (it ended)."""
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid).uids().real == os.getuid()
+    return None
 
 
 def _program(pid: int, name: str) -> str:

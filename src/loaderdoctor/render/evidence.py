@@ -4,6 +4,7 @@ and units; the JSON keeps the evidence's keys and values as the rules wrote them
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 # How each value is said: a share of 0..1 as a percentage, a figure with its unit, or as it is ("").
@@ -169,6 +170,41 @@ _ENDINGS = (("_ms", "ms"), ("_s", "s"), ("_mb", "MB"), ("_share", _SHARE), ("_fr
 _SHARE_WORD = re.compile(r"(^|_)(share|fraction)(_|$)")
 
 
+def _run_words(run: dict[str, Any]) -> str:
+    """'run 10 of 2026-05-01 10:10 at 20.8'."""
+    started = str(run.get("started_at") or "")[:16].replace("T", " ")
+    return f"run {run.get('id')}{f' of {started}' if started else ''} at {value_words(run.get('rate'), '')}"
+
+
+def _process_words(process: dict[str, Any]) -> str:
+    """'pid 4242 python (0.97 cores, another user's)'."""
+    program = str(process.get("cmdline") or "")
+    owner = {True: ", yours", False: ", another user's"}.get(process.get("same_user"), "")
+    stray = ", a stray worker" if process.get("stray") else ""
+    return f"pid {process.get('pid')}{f' {program}' if program else ''} ({process.get('cores')} cores{owner}{stray})"
+
+
+# Keys whose values are lists of records (the history's degradation): each record said in a few words, as the
+# JSON keeps it whole.
+_RECORDS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "compared_runs": _run_words,
+    "changes": lambda change: str(change.get("words") or change.get("what")),
+    "named_processes": _process_words,
+}
+_RECORDS_SHOWN = 6
+
+
+def _records_words(key: str, value: Any) -> str | None:
+    """A list of records in words, where `key` is one of _RECORDS; None otherwise."""
+    said = _RECORDS.get(key)
+    if said is None or not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        return None
+    if not value:
+        return "none"
+    more = f"; … {len(value) - _RECORDS_SHOWN} more" if len(value) > _RECORDS_SHOWN else ""
+    return "; ".join(said(item) for item in value[:_RECORDS_SHOWN]) + more
+
+
 def evidence_words(evidence: dict[str, Any]) -> str:
     """The evidence as the console says it: 'waiting for data 63%, wait per batch 113 ms, workers 0'."""
     return ", ".join(item_words(key, value) for key, value in evidence.items())
@@ -177,7 +213,8 @@ def evidence_words(evidence: dict[str, Any]) -> str:
 def item_words(key: str, value: Any) -> str:
     """One piece of evidence: its label, its value, its unit."""
     label, unit = LABELS.get(key) or _guessed(key)
-    return f"{label} {value_words(value, unit)}"
+    records = _records_words(key, value)
+    return f"{label} {records if records is not None else value_words(value, unit)}"
 
 
 def _guessed(key: str) -> tuple[str, str]:

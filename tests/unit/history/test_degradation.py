@@ -16,8 +16,8 @@ from loaderdoctor.recording.record import OtherProcess, StrayProcess
 
 GIB = 2**30
 SETTINGS = Settings(num_workers=2, persistent_workers=True)
-HOG = OtherProcess(pid=4242, cmdline="python hog.py", cores=0.97)
-HOG_2 = OtherProcess(pid=4243, cmdline="python hog.py --threads 1", cores=0.95)
+HOG = OtherProcess(pid=4242, cmdline="python hog.py", cores=0.97, same_user=True)
+HOG_2 = OtherProcess(pid=4243, cmdline="python hog.py --threads 1", cores=0.95, same_user=True)
 STRAY = StrayProcess(
     pid=5151,
     cmdline="python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)",
@@ -113,9 +113,29 @@ def test_a_run_slowed_by_other_processes_names_them_first():
     assert evidence["changes"][0]["now"] == pytest.approx(1.92)
     assert [p["pid"] for p in evidence["named_processes"]] == [4242, 4243]
     assert [r["id"] for r in evidence["compared_runs"]] == [10, 9, 8]
-    assert "kill 4242 4243" in finding.fix
+    assert "yours can be ended (kill 4242 4243)" in finding.fix
     assert "renice -n 19 -p 4242 4243" in finding.fix
     assert finding.impact == pytest.approx(1 - 12.3 / 20.8)
+
+
+@pytest.mark.parametrize(
+    ("owners", "told"),
+    [
+        ((True, False), "pid 4243 belongs to another user: ask its owner"),
+        ((False, False), "pids 4242 4243 belong to other users: ask their owners"),
+        ((None, None), "pids 4242 4243 may not be yours: ask their owners"),
+    ],
+)
+def test_other_users_processes_are_never_to_be_killed_or_reniced(owners, told):
+    mine, other = (dataclasses.replace(p, same_user=o) for p, o in zip((HOG, HOG_2), owners, strict=True))
+    finding = run_degradation(make_run(12.3, host=make_host(other_processes=[mine, other])), history(20.0, 20.8))
+    assert told in finding.fix
+    assert "4243" not in (finding.snippet or "") and "kill 4243" not in finding.fix
+    if owners[0]:
+        assert finding.snippet == "renice -n 19 -p 4242  # or end them: kill 4242"
+    else:
+        assert finding.snippet is None and "kill" not in finding.fix and "renice" not in finding.fix
+    assert [p["same_user"] for p in finding.evidence["named_processes"]] == list(owners)
 
 
 def test_a_process_that_was_as_busy_before_is_not_named():
@@ -239,6 +259,16 @@ def test_a_settings_change_is_named_with_before_and_now():
     assert finding.settings_change == {"num_workers": 4, "persistent_workers": True}
     assert finding.snippet == Settings(num_workers=4, persistent_workers=True).snippet()
     assert "num_workers=4" in finding.fix
+
+
+def test_the_settings_restored_are_written_for_the_loaders_own_class():
+    earlier = history(20.0, 21.0, settings=Settings(num_workers=4, persistent_workers=True))
+    for run in earlier:
+        run.dataset["loader_class"] = "torchdata.stateful_dataloader.StatefulDataLoader"
+    now = make_run(8.0, settings=Settings(num_workers=0))
+    now.dataset["loader_class"] = "torchdata.stateful_dataloader.StatefulDataLoader"
+    finding = run_degradation(now, earlier)
+    assert finding.snippet.startswith("loader = StatefulDataLoader(dataset, batch_size=..., num_workers=4")
 
 
 def test_runs_with_the_same_settings_are_preferred():

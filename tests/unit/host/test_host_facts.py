@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -139,8 +140,16 @@ def test_other_processes_are_named_by_the_cpu_they_took_and_ours_are_left_out(mo
     load = _load([first, then], own)
     load.observe()
     (busy,) = load.busiest(seconds=2.0)
-    # 2 CPU seconds in 2 s (idle: 0.025); named by its program, not its arguments
-    assert (busy.pid, busy.cores, busy.cmdline) == (4242, 1.0, "hog")
+    # 2 CPU seconds in 2 s (idle: 0.025); named by its program, not its arguments, and as this user's own
+    assert (busy.pid, busy.cores, busy.cmdline, busy.same_user) == (4242, 1.0, "hog", True)
+
+
+def test_another_users_process_is_named_as_not_ours(monkeypatch):
+    monkeypatch.setattr(host.psutil, "Process", _NamedProcess)
+    load = _load([{(77, 0.5): (10.0, "hog")}, {(77, 0.5): (12.0, "hog")}], os.getpid())
+    load.observe()
+    (busy,) = load.busiest(seconds=2.0)
+    assert (busy.pid, busy.same_user) == (77, False)
 
 
 def test_a_process_that_comes_and_goes_between_snapshots_is_counted_for_what_it_took(monkeypatch):
@@ -185,3 +194,8 @@ class _NamedProcess:
 
     def cmdline(self) -> list[str]:
         return ["hog", "--spin"]
+
+    def uids(self) -> SimpleNamespace:
+        # pid 4242 runs as this user; any other as another one
+        real = os.getuid() if self.pid == 4242 else os.getuid() + 1
+        return SimpleNamespace(real=real, effective=real, saved=real)

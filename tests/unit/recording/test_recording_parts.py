@@ -38,6 +38,8 @@ def test_a_recording_saved_before_its_parts_moved_down_saves_the_same_json():
     assert saved_again.pop("ceiling") is None
     for sample in saved_again["worker_samples"]:
         assert sample.pop("thread_cpu_s") is None
+    for process in saved_again["other_processes"]:
+        assert process.pop("same_user") is None
     added = ("sampler", "sampler_distributed", "samples_per_epoch", "drawn_indices", "drawn_fingerprints",
              "loader_class")  # fmt: skip
     assert [saved_again.pop(name) for name in added] == ["", None, None, None, [], ""]

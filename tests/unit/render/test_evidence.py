@@ -23,6 +23,21 @@ def test_values_are_said_in_words():
     assert evidence_words({"ratio": 0.625, "cpu_percent": 150.0}) == "ratio to the baseline 0.625x, CPU 150%"
 
 
+def test_the_records_a_degradation_compares_are_said_in_words_not_dumped():
+    evidence = {
+        "compared_runs": [{"id": 10, "started_at": "2026-05-01T10:10:00.000+00:00", "rate": 20.8}],
+        "changes": [{"what": "other_processes", "before": 0.0, "now": 1.92, "words": "other processes took 1.9 cores"}],
+        "named_processes": [
+            {"pid": 4242, "cmdline": "python", "cores": 0.97, "stray": False, "same_user": False},
+            {"pid": 5151, "cmdline": "python", "cores": 0.9, "stray": True},
+        ],
+    }
+    assert evidence_words(evidence) == (
+        "runs compared run 10 of 2026-05-01 10:10 at 20.8, changes other processes took 1.9 cores, processes named "
+        "pid 4242 python (0.97 cores, another user's); pid 5151 python (0.9 cores, a stray worker)"
+    )
+
+
 def test_unknown_keys_fall_back_to_their_words_and_the_unit_of_their_ending():
     evidence = {"shm_spill_ms": 3.5, "waiting_share_at_2_ranks": 0.5, "new_thing": "x", "cold_start_s": 2}
     assert evidence_words(evidence) == "shm spill 3.5 ms, waiting share at 2 ranks 50%, new thing x, cold start 2 s"
