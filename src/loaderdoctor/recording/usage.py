@@ -208,10 +208,11 @@ def loading_cpu(rec: Recording, window: Window | None = None) -> LoadingCpu | No
     """CPU that loading used in steady running, against the cores it could have used; None when unknown.
 
     Without workers, loading runs in next(): the training process's CPU while it waited, and the loop's run
-    delay there as the tap read it (for events made from a trainer's hooks, the process's run delay per CPU
-    second, for the CPU it used in next()). With worker processes: their CPU seconds and run delay
-    together over the steady time. With threads: the training process's CPU and run delay over the steady time
-    (the step itself is a sleep, or runs on an accelerator). The node's cores are shared by its local ranks.
+    delay there as the tap read it or the process's run delay per CPU second, for the CPU it used in next(),
+    whichever is more (a library's threads load too; events made from a trainer's hooks have only the latter).
+    With worker processes: their CPU seconds and run delay together over the steady time. With threads: the
+    training process's CPU and run delay over the steady time (the step itself is a sleep, or runs on an
+    accelerator). The node's cores are shared by its local ranks.
     """
     settings = rec.settings
     usable, ranks = rec.host.usable_cores, rec.host.local_ranks
@@ -228,9 +229,13 @@ def loading_cpu(rec: Recording, window: Window | None = None) -> LoadingCpu | No
         measured = [b.wait_run_delay_s for b in steady if b.wait_run_delay_s is not None]
         if len(measured) == len(steady):  # the tap read the loop's own run delay in each next()
             delay = sum(measured) / waited
-        elif main_delay is not None:  # events made from a trainer's hooks: the process's, by its CPU in next()
+        if main_delay is not None:
+            # The process's threads, all of them, by its CPU in next(): events made from a trainer's hooks have
+            # no other; and a decoder's own threads (PyAV's, OpenCV's) load too, descheduled while the loop's
+            # thread sleeps on them, so that its own run delay alone says a starved decoder waits.
             delay_cores, main_cpu_cores = main_delay
-            delay = delay_cores / main_cpu_cores * cores if main_cpu_cores > 0 else 0.0
+            by_process = delay_cores / main_cpu_cores * cores if main_cpu_cores > 0 else 0.0
+            delay = by_process if delay is None else max(delay, by_process)
         return LoadingCpu(cores, 1, usable, None, others, delay, ranks)
     if settings.backend == "thread":
         if machine is None:

@@ -3,6 +3,7 @@ decision with and without it on hand-made Recordings, and the node's cores share
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -151,6 +152,22 @@ def test_loading_in_the_main_process_gets_its_run_delay_in_next_by_its_cpu_there
     assert finding.settings_change == {"num_workers": 2, "persistent_workers": True}  # one per core, not more
     _busy_machine(rec, others=1.7, main=0.3, workers=0.0, main_delay=0.0)
     assert loading_cpu(rec).compute_share == pytest.approx(0.3)  # not descheduled: it waits (on I/O)
+
+
+def test_a_decoders_threads_descheduled_while_the_loops_thread_sleeps_on_them_are_cpu_bound():
+    # PyAV decoding in the main process beside two hogs: its decoder threads ran 30% of each second in next() and
+    # were kept off the cores 60% (the process's run delay), while the loop's own thread slept on their frames,
+    # descheduled 2% of it. Its run delay alone says the decoder waits on I/O, and more workers than cores
+    # followed (7 to 9 where 2 do quiet).
+    rec = make_recording(settings=Settings(), wait_s=0.2, step_s=0.05, wait_cpu_share=0.3)
+    rec.batches = [dataclasses.replace(b, wait_run_delay_s=0.02 * b.wait_s) for b in rec.batches]
+    _busy_machine(rec, others=1.7, main=0.3, workers=0.0, main_delay=0.6)
+    cpu = loading_cpu(rec)
+    assert cpu.run_delay_cores == pytest.approx(0.6, rel=0.02)  # the process's, by its CPU in next()
+    assert cpu.compute_share == pytest.approx(0.9, rel=0.02)
+    assert input_bound(rec).settings_change == {"num_workers": 2, "persistent_workers": True}
+    _busy_machine(rec, others=1.7, main=0.3, workers=0.0, main_delay=0.0)
+    assert loading_cpu(rec).run_delay_cores == pytest.approx(0.02, rel=0.02)  # the loop's own, where it is more
 
 
 # Ranks on one node
